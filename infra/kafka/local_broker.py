@@ -259,6 +259,10 @@ class LocalBroker:
         if self.running_pid() is not None:
             self._wait_ready(timeout_s)
             return False
+        # A broker just killed (kill -9) may hold its port for a moment while it dies.
+        deadline = time.monotonic() + 10
+        while _port_open(self.port) and time.monotonic() < deadline:
+            time.sleep(0.2)
         if _port_open(self.port):
             raise BrokerError(
                 f"port {self.port} is taken by a process that is not this broker "

@@ -1,0 +1,1 @@
+"""gpusched.core — skeleton until the scheduling-core issue lands."""

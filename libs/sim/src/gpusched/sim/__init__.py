@@ -1,0 +1,1 @@
+"""gpusched.sim — skeleton until the scheduling-core issue lands."""

@@ -1,0 +1,24 @@
+"""gpusched.store: ClickHouse schema, migrations and event writer (clickhouse-connect only)."""
+
+from gpusched.store.connection import connect
+from gpusched.store.errors import MigrationError, StoreError, UnsupportedDsn
+from gpusched.store.migrations import Migration, applied_migrations, load_migrations, migrate
+from gpusched.store.settings import StoreSettings
+from gpusched.store.store import Store
+from gpusched.store.tables import TABLES, TableSpec, table_for
+
+__all__ = [
+    "TABLES",
+    "Migration",
+    "MigrationError",
+    "Store",
+    "StoreError",
+    "StoreSettings",
+    "TableSpec",
+    "UnsupportedDsn",
+    "applied_migrations",
+    "connect",
+    "load_migrations",
+    "migrate",
+    "table_for",
+]
