@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from local_broker import BrokerError, LocalBroker, ensure_topics, external_bootstrap
 from gpusched.store import Store, StoreSettings
+from local_broker import BrokerError, LocalBroker, ensure_topics, external_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 

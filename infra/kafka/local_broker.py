@@ -67,7 +67,9 @@ def load_topic_specs(path: Path = HERE / "topics.yaml", prefix: str = "") -> lis
         )
         specs.append(
             TopicSpec(
-                prefix + t["name"] + ".dlq", dlq["partitions"], dlq["cleanup_policy"],
+                prefix + t["name"] + ".dlq",
+                dlq["partitions"],
+                dlq["cleanup_policy"],
                 dlq["retention_ms"],
             )
         )
@@ -165,11 +167,17 @@ class LocalBroker:
         print(f"resolving Kafka {KAFKA_VERSION_MARKER} jars into {self.libs} ...", flush=True)
         proc = subprocess.run(
             [
-                "mvn", "-q", "-B", "-f", str(HERE / "pom.xml"),
-                "dependency:copy-dependencies", "-DincludeScope=runtime",
+                "mvn",
+                "-q",
+                "-B",
+                "-f",
+                str(HERE / "pom.xml"),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
                 f"-DoutputDirectory={self.libs}",
             ],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             raise BrokerError(f"mvn could not resolve the Kafka jars:\n{proc.stdout}{proc.stderr}")
@@ -188,9 +196,15 @@ class LocalBroker:
 
     def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
         return [
-            "java", f"-Xmx{heap}", "-Xms64m", "-XX:+UseSerialGC",
+            "java",
+            f"-Xmx{heap}",
+            "-Xms64m",
+            "-XX:+UseSerialGC",
             f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
-            "-cp", f"{self.libs}/*", main, *args,
+            "-cp",
+            f"{self.libs}/*",
+            main,
+            *args,
         ]
 
     def _write_config(self) -> None:
@@ -238,13 +252,22 @@ class LocalBroker:
     def _format(self) -> None:
         if (self.data_dir / "meta.properties").exists():
             return
-        cluster_id = subprocess.run(
-            self._java("kafka.tools.StorageTool", "random-uuid"),
-            capture_output=True, text=True, check=True,
-        ).stdout.strip().splitlines()[-1]
+        cluster_id = (
+            subprocess.run(
+                self._java("kafka.tools.StorageTool", "random-uuid"),
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         proc = subprocess.run(
-            self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config)),
-            capture_output=True, text=True,
+            self._java(
+                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config)
+            ),
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             raise BrokerError(f"formatting storage failed:\n{proc.stdout}{proc.stderr}")
@@ -274,7 +297,9 @@ class LocalBroker:
         with self.log_file.open("ab") as log:
             proc = subprocess.Popen(
                 self._java("kafka.Kafka", str(self.config), heap=self.heap),
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         self.pid_file.write_text(f"{proc.pid}\n")
@@ -327,7 +352,9 @@ class LocalBroker:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("command", choices=["up", "down", "status", "topics"])
     parser.add_argument("--prefix", default="", help="topic prefix for 'up' and 'topics'")
     args = parser.parse_args(argv)
@@ -353,7 +380,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"created {len(created)} topics")
         else:
             pid = broker.running_pid()
-            print(f"kafka running, pid {pid}, at {broker.bootstrap}" if pid else "kafka not running")
+            print(
+                f"kafka running, pid {pid}, at {broker.bootstrap}" if pid else "kafka not running"
+            )
             return 0 if pid else 3
     except BrokerError as exc:
         print(f"error: {exc}", file=sys.stderr)

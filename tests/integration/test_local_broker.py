@@ -36,8 +36,9 @@ def _free_port_pair() -> int:
 def test_up_is_idempotent_survives_kill_9_and_down_leaves_nothing(tmp_path: Path) -> None:
     # A broker of its own (own port and data) so the session broker is not disturbed;
     # the jar cache is the shared one, so nothing is downloaded again.
-    broker = LocalBroker(state_dir=tmp_path / "kafka", cache_dir=REPO / ".cache" / "kafka",
-                         port=_free_port_pair())
+    broker = LocalBroker(
+        state_dir=tmp_path / "kafka", cache_dir=REPO / ".cache" / "kafka", port=_free_port_pair()
+    )
     try:
         assert broker.up() is True
         pid = broker.running_pid()

@@ -7,7 +7,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-
 from gpusched.contracts import GpuTelemetrySample
 from gpusched.store import (
     TABLES,
@@ -19,6 +18,7 @@ from gpusched.store import (
     migrate,
 )
 from gpusched.store.connection import connect
+
 from tests.builders import T0, every_event
 
 
@@ -61,13 +61,15 @@ def test_every_table_round_trips_its_events(store: Store) -> None:
     )
     assert row == ("GPU-0001", "n1", 87.5, 250.0, T0.replace(tzinfo=None), "j1")
     (job,) = store.query(
-        "SELECT num_gpu, gpu_models, tenant, priority_class FROM job_events WHERE type = 'submitted'"
+        "SELECT num_gpu, gpu_models, tenant, priority_class FROM job_events "
+        "WHERE type = 'submitted'"
     )
     assert job == (8.0, ["V100"], "vc1", "high")
     (prio,) = store.query("SELECT components['aging'], pending_reason FROM priorities")
     assert prio == (0.5, "waiting for 8 x V100 on one node")
     assert store.query("SELECT yhat, upper FROM forecasts ORDER BY target_ts") == [
-        (100.0, 120.0), (110.0, 140.0),
+        (100.0, 120.0),
+        (110.0, 140.0),
     ]
     assert store.query("SELECT value FROM control_params") == [("0.3",)]
 
@@ -84,10 +86,15 @@ def test_hourly_view_aggregates_utilization_and_energy(store: Store) -> None:
     base = every_event()[0]
     assert isinstance(base, GpuTelemetrySample)
     samples = [
-        base.model_copy(update={
-            "event_id": f"s{i}", "ts": T0 + timedelta(minutes=i * 10),
-            "utilization_pct": 50.0 + 10 * (i % 2), "power_w": 300.0, "interval_s": 600.0,
-        })
+        base.model_copy(
+            update={
+                "event_id": f"s{i}",
+                "ts": T0 + timedelta(minutes=i * 10),
+                "utilization_pct": 50.0 + 10 * (i % 2),
+                "power_w": 300.0,
+                "interval_s": 600.0,
+            }
+        )
         for i in range(9)  # 6 in the first hour, 3 in the second
     ]
     store.insert_events(samples)

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from gpusched.contracts import (
     TOPICS,
     GpuTelemetrySample,
@@ -23,6 +22,7 @@ from gpusched.contracts import (
     topic_for,
 )
 from gpusched.contracts.asyncapi import asyncapi_json
+
 from tests.builders import every_event
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
@@ -31,7 +31,7 @@ __all__ = [
     "PriorityUpdate",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 NonNegFloat = Annotated[float, Field(ge=0)]
 Percent = Annotated[float, Field(ge=0, le=100)]
@@ -108,9 +108,7 @@ class JobRequest(BaseModel):
     num_gpu: Annotated[float, Field(ge=0, le=4096)] = Field(
         description="0 = CPU only; 0 < x < 1 = share of one GPU; else whole GPUs, all at once"
     )
-    gpu_models: tuple[Name, ...] = Field(
-        default=(), description="allowed GPU models; empty = any"
-    )
+    gpu_models: tuple[Name, ...] = Field(default=(), description="allowed GPU models; empty = any")
     cpu_milli: Annotated[int, Field(ge=0)] = 0
     memory_mib: Annotated[int, Field(ge=0)] = 0
 
@@ -193,7 +191,9 @@ class ForecastPoint(BaseModel):
     @model_validator(mode="after")
     def _ordered(self) -> ForecastPoint:
         if not self.lower <= self.yhat <= self.upper:
-            raise ValueError(f"need lower <= yhat <= upper, got {self.lower}, {self.yhat}, {self.upper}")
+            raise ValueError(
+                f"need lower <= yhat <= upper, got {self.lower}, {self.yhat}, {self.upper}"
+            )
         return self
 
 

@@ -15,7 +15,9 @@ class KafkaSettings(BaseSettings):
 
     kafka_bootstrap_servers: str = Field(
         default="127.0.0.1:19092",
-        validation_alias=AliasChoices("GPUSCHED_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS"),
+        validation_alias=AliasChoices(
+            "GPUSCHED_KAFKA_BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP_SERVERS"
+        ),
         description="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS is read too)",
     )
     topic_prefix: str = Field(default="", description="prefix before every topic name")

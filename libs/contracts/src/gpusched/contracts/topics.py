@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel
-
 from gpusched.contracts.errors import UnknownTopic
 from gpusched.contracts.events import (
     ControlParameter,
@@ -16,6 +14,7 @@ from gpusched.contracts.events import (
     PlacementDecision,
     PriorityUpdate,
 )
+from pydantic import BaseModel
 
 __all__ = ["DLQ_SUFFIX", "TOPICS", "Topic", "topic_for"]
 
@@ -38,18 +37,10 @@ class Topic:
         return f"{prefix}{self.base}{DLQ_SUFFIX}"
 
 
-TELEMETRY = Topic(
-    "gpusched.telemetry.v1", GpuTelemetrySample, "gpu_uuid", "GPU telemetry samples"
-)
-JOBS = Topic(
-    "gpusched.jobs.v1", JobEvent, "job_id", "job submissions and lifecycle events"
-)
-VIEW = Topic(
-    "gpusched.view.v1", NodeView, "node_id", "live per-node resource view (compacted)"
-)
-PRIORITIES = Topic(
-    "gpusched.priorities.v1", PriorityUpdate, "job_id", "recomputed job priorities"
-)
+TELEMETRY = Topic("gpusched.telemetry.v1", GpuTelemetrySample, "gpu_uuid", "GPU telemetry samples")
+JOBS = Topic("gpusched.jobs.v1", JobEvent, "job_id", "job submissions and lifecycle events")
+VIEW = Topic("gpusched.view.v1", NodeView, "node_id", "live per-node resource view (compacted)")
+PRIORITIES = Topic("gpusched.priorities.v1", PriorityUpdate, "job_id", "recomputed job priorities")
 PLACEMENTS = Topic(
     "gpusched.placements.v1", PlacementDecision, "decision_id", "scheduling decisions"
 )

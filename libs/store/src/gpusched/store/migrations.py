@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
-
 from gpusched.store.errors import MigrationError
 
 __all__ = ["Migration", "applied_migrations", "load_migrations", "migrate"]
@@ -91,9 +90,7 @@ def migrate(client: Client, folder: Path) -> list[int]:
             try:
                 client.command(statement)
             except Exception as exc:
-                raise MigrationError(
-                    f"migration {migration.label} failed: {exc}"
-                ) from exc
+                raise MigrationError(f"migration {migration.label} failed: {exc}") from exc
         client.insert(
             "schema_migrations",
             [[migration.version, migration.name, migration.checksum]],

@@ -7,16 +7,23 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["StoreSettings", "default_migrations_dir"]
+__all__ = ["StoreSettings", "checkout_root"]
 
 
-def default_migrations_dir() -> Path:
-    """infra/clickhouse/migrations of the checkout this package runs from."""
+def checkout_root() -> Path:
+    """The gpusched checkout this package runs from (else the working directory)."""
     for parent in Path(__file__).resolve().parents:
-        candidate = parent / "infra" / "clickhouse" / "migrations"
-        if candidate.is_dir():
-            return candidate
-    return Path("infra/clickhouse/migrations")
+        if (parent / "infra" / "clickhouse" / "migrations").is_dir():
+            return parent
+    return Path.cwd()
+
+
+def _default_dsn() -> str:
+    return f"chdb://{checkout_root() / 'var' / 'clickhouse'}"
+
+
+def _default_migrations() -> Path:
+    return checkout_root() / "infra" / "clickhouse" / "migrations"
 
 
 class StoreSettings(BaseSettings):
@@ -25,10 +32,13 @@ class StoreSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_STORE_", frozen=True, extra="ignore")
 
     dsn: str = Field(
-        default="chdb:///var/clickhouse",
-        description="chdb:///<dir> (embedded, relative to the working dir) or http(s)://user:pw@host:port",
+        default_factory=_default_dsn,
+        description="chdb:///<absolute dir> (embedded engine; default <checkout>/var/clickhouse) "
+        "or http(s)://user:pw@host:8123 (a ClickHouse server)",
     )
     database: str = Field(default="gpusched", description="ClickHouse database of the tables")
     migrations_dir: Path = Field(
-        default_factory=default_migrations_dir, description="folder of versioned *.sql migrations"
+        default_factory=_default_migrations,
+        description="folder of versioned NNNN_name.sql migrations "
+        "(default <checkout>/infra/clickhouse/migrations)",
     )

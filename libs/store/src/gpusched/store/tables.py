@@ -6,8 +6,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel
-
 from gpusched.contracts import (
     ControlParameter,
     DemandForecast,
@@ -17,6 +15,7 @@ from gpusched.contracts import (
     PlacementDecision,
     PriorityUpdate,
 )
+from pydantic import BaseModel
 
 __all__ = ["TABLES", "TableSpec", "table_for"]
 
@@ -46,18 +45,38 @@ def _fields(columns: Sequence[str]) -> Callable[[BaseModel], Iterable[Row]]:
 def _job_rows(e: JobEvent) -> Iterable[Row]:
     r = e.request
     yield [
-        e.event_id, e.ts, e.job_id, e.type.value, e.tenant, e.priority_class,
-        r.num_gpu if r else None, list(r.gpu_models) if r else [],
-        r.cpu_milli if r else None, r.memory_mib if r else None,
-        list(e.node_ids), [list(i) for i in e.gpu_indices], e.decision_id, e.reason,
+        e.event_id,
+        e.ts,
+        e.job_id,
+        e.type.value,
+        e.tenant,
+        e.priority_class,
+        r.num_gpu if r else None,
+        list(r.gpu_models) if r else [],
+        r.cpu_milli if r else None,
+        r.memory_mib if r else None,
+        list(e.node_ids),
+        [list(i) for i in e.gpu_indices],
+        e.decision_id,
+        e.reason,
     ]
 
 
 def _forecast_rows(e: DemandForecast) -> Iterable[Row]:
     for p in e.points:
         yield [
-            e.event_id, e.ts, e.series, e.metric, e.model, e.step_s, e.interval_width,
-            p.ts, p.yhat, p.lower, p.upper, e.note,
+            e.event_id,
+            e.ts,
+            e.series,
+            e.metric,
+            e.model,
+            e.step_s,
+            e.interval_width,
+            p.ts,
+            p.yhat,
+            p.lower,
+            p.upper,
+            e.note,
         ]
 
 
@@ -66,47 +85,111 @@ def _control_rows(e: ControlParameter) -> Iterable[Row]:
 
 
 _TELEMETRY_COLUMNS = (
-    "event_id", "ts", "gpu_uuid", "node_id", "gpu_index", "gpu_model", "utilization_pct",
-    "memory_used_mib", "memory_total_mib", "power_w", "temperature_c", "sm_clock_mhz",
-    "ecc_uncorrected", "mig_mode", "interval_s", "job_id", "source",
+    "event_id",
+    "ts",
+    "gpu_uuid",
+    "node_id",
+    "gpu_index",
+    "gpu_model",
+    "utilization_pct",
+    "memory_used_mib",
+    "memory_total_mib",
+    "power_w",
+    "temperature_c",
+    "sm_clock_mhz",
+    "ecc_uncorrected",
+    "mig_mode",
+    "interval_s",
+    "job_id",
+    "source",
 )
 _PLACEMENT_COLUMNS = (
-    "event_id", "ts", "decision_id", "epoch", "action", "job_id", "node_ids", "gpu_indices",
-    "gpu_share", "reason",
+    "event_id",
+    "ts",
+    "decision_id",
+    "epoch",
+    "action",
+    "job_id",
+    "node_ids",
+    "gpu_indices",
+    "gpu_share",
+    "reason",
 )
 _PRIORITY_COLUMNS = (
-    "event_id", "ts", "job_id", "policy", "score", "components", "pending_reason", "epoch",
+    "event_id",
+    "ts",
+    "job_id",
+    "policy",
+    "score",
+    "components",
+    "pending_reason",
+    "epoch",
 )
 _VIEW_COLUMNS = (
-    "event_id", "ts", "node_id", "gpu_model", "gpus_total", "gpus_allocatable",
-    "gpus_allocated", "utilization_pct", "power_w", "power_state", "healthy", "stale_gpus",
+    "event_id",
+    "ts",
+    "node_id",
+    "gpu_model",
+    "gpus_total",
+    "gpus_allocatable",
+    "gpus_allocated",
+    "utilization_pct",
+    "power_w",
+    "power_state",
+    "healthy",
+    "stale_gpus",
     "last_seen",
 )
 
 TABLES: tuple[TableSpec, ...] = (
     TableSpec("telemetry", GpuTelemetrySample, _TELEMETRY_COLUMNS, _fields(_TELEMETRY_COLUMNS)),
     TableSpec(
-        "job_events", JobEvent,
+        "job_events",
+        JobEvent,
         (
-            "event_id", "ts", "job_id", "type", "tenant", "priority_class", "num_gpu",
-            "gpu_models", "cpu_milli", "memory_mib", "node_ids", "gpu_indices",
-            "decision_id", "reason",
+            "event_id",
+            "ts",
+            "job_id",
+            "type",
+            "tenant",
+            "priority_class",
+            "num_gpu",
+            "gpu_models",
+            "cpu_milli",
+            "memory_mib",
+            "node_ids",
+            "gpu_indices",
+            "decision_id",
+            "reason",
         ),
         _job_rows,
     ),
     TableSpec("placements", PlacementDecision, _PLACEMENT_COLUMNS, _fields(_PLACEMENT_COLUMNS)),
     TableSpec("priorities", PriorityUpdate, _PRIORITY_COLUMNS, _fields(_PRIORITY_COLUMNS)),
     TableSpec(
-        "forecasts", DemandForecast,
+        "forecasts",
+        DemandForecast,
         (
-            "event_id", "generated_at", "series", "metric", "model", "step_s",
-            "interval_width", "target_ts", "yhat", "lower", "upper", "note",
+            "event_id",
+            "generated_at",
+            "series",
+            "metric",
+            "model",
+            "step_s",
+            "interval_width",
+            "target_ts",
+            "yhat",
+            "lower",
+            "upper",
+            "note",
         ),
         _forecast_rows,
     ),
     TableSpec("node_views", NodeView, _VIEW_COLUMNS, _fields(_VIEW_COLUMNS)),
     TableSpec(
-        "control_params", ControlParameter, ("event_id", "ts", "name", "value", "set_by"),
+        "control_params",
+        ControlParameter,
+        ("event_id", "ts", "name", "value", "set_by"),
         _control_rows,
     ),
 )

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic_settings import SettingsConfigDict
-
 from gpusched.contracts import KafkaSettings
+from pydantic_settings import SettingsConfigDict
 
 __all__ = ["ProcessorSettings"]
 

@@ -1,0 +1,63 @@
+# gpusched — `make help` lists the targets (generated from the `##` comments below).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+UV ?= $(shell command -v uv 2>/dev/null || echo uv)
+RUN := $(UV) run --frozen
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: install
+install: ## Install uv (through pip) if missing and the locked Python deps (idempotent)
+	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
+	@$(UV) sync --frozen --quiet
+
+.PHONY: lint
+lint: install ## Ruff (lint + format check) and mypy (strict on libs/)
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+	$(RUN) mypy libs services infra/kafka tools bench
+
+.PHONY: test
+test: lint ## Install, lint, type-check, then run the whole test suite (starts and stops Kafka)
+	$(RUN) pytest $(PYTEST_ARGS)
+
+.PHONY: test-unit
+test-unit: install ## Only the fast unit tests (no broker)
+	$(RUN) pytest tests/unit $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: install ## Run every benchmark; writes .bench/results.json (flat name: number)
+	$(RUN) python bench/run.py --out .bench/results.json
+
+.PHONY: kafka-up
+kafka-up: install ## Start the local Kafka broker (KRaft) and create the topics; no-op if running
+	$(RUN) python infra/kafka/local_broker.py up
+
+.PHONY: kafka-down
+kafka-down: install ## Stop the local Kafka broker
+	$(RUN) python infra/kafka/local_broker.py down
+
+.PHONY: kafka-status
+kafka-status: install ## Say whether the local Kafka broker runs
+	$(RUN) python infra/kafka/local_broker.py status
+
+.PHONY: asyncapi
+asyncapi: install ## Regenerate docs/asyncapi.json from the event models
+	$(RUN) python tools/generate_docs.py asyncapi
+
+.PHONY: settings-doc
+settings-doc: install ## Regenerate the settings table in README.md from the settings classes
+	$(RUN) python tools/generate_docs.py settings
+
+.PHONY: fmt
+fmt: install ## Format and auto-fix with ruff
+	$(RUN) ruff format .
+	$(RUN) ruff check --fix .
+
+.PHONY: clean
+clean: ## Stop the local broker and remove local state (var/, .bench/, caches; keeps the Kafka jars)
+	-@[ -x "$$(command -v uv)" ] && [ -d .venv ] && $(RUN) python infra/kafka/local_broker.py down
+	rm -rf var .bench .pytest_cache .mypy_cache .ruff_cache .hypothesis
