@@ -1,1 +1,64 @@
-"""gpusched.core — skeleton until the scheduling-core issue lands."""
+"""gpusched.core: the pure scheduling core — typed values in, decisions out.
+
+No I/O, no wall clock (time is an argument), no randomness. The live dispatcher and the
+trace-driven simulator drive the same ``Scheduler``.
+"""
+
+from gpusched.core.cluster import ClusterState, NodeState
+from gpusched.core.errors import CoreError, InvalidDecision, UnknownName
+from gpusched.core.model import (
+    Allocation,
+    Decision,
+    Job,
+    JobState,
+    NodeSpec,
+    ParkNode,
+    PendingReason,
+    Place,
+    PowerState,
+    Preempt,
+    Request,
+    WakeNode,
+)
+from gpusched.core.params import Params
+from gpusched.core.placement import PLACEMENTS, Placement, make_placement
+from gpusched.core.policies import POLICIES, Oracle, Policy, make_policy
+from gpusched.core.power import EnergyMeter, PowerModel
+from gpusched.core.reasons import never_fits
+from gpusched.core.runtime import RuntimePredictor
+from gpusched.core.scheduler import CycleResult, Reservation, Scheduler
+
+__all__ = [
+    "PLACEMENTS",
+    "POLICIES",
+    "Allocation",
+    "ClusterState",
+    "CoreError",
+    "CycleResult",
+    "Decision",
+    "EnergyMeter",
+    "InvalidDecision",
+    "Job",
+    "JobState",
+    "NodeSpec",
+    "NodeState",
+    "Oracle",
+    "ParkNode",
+    "Params",
+    "PendingReason",
+    "Place",
+    "Placement",
+    "Policy",
+    "PowerModel",
+    "PowerState",
+    "Preempt",
+    "Request",
+    "Reservation",
+    "RuntimePredictor",
+    "Scheduler",
+    "UnknownName",
+    "WakeNode",
+    "make_placement",
+    "make_policy",
+    "never_fits",
+]

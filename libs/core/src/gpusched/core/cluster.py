@@ -1,0 +1,259 @@
+"""The cluster's mutable allocation state, indexed for fast fit checks, with rollback.
+
+Policies try allocations on a ``ClusterState`` and undo them through ``checkpoint`` /
+``rollback`` (like a transaction), so a preemption can be tried on the state itself
+before any decision leaves the core. Iteration orders are insertion orders (never set
+or hash order), so the same inputs give the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+
+from gpusched.core.errors import InvalidDecision
+from gpusched.core.model import EPS, Allocation, NodeSpec, PowerState
+
+__all__ = ["ClusterState", "NodeState"]
+
+
+@dataclass(slots=True)
+class NodeState:
+    """One node now: free share of each GPU (1.0 = free), free CPU and memory, power."""
+
+    spec: NodeSpec
+    gpu_free: list[float]
+    cpu_free: int
+    mem_free: int
+    power: PowerState = PowerState.ON
+    jobs: dict[str, None] = field(default_factory=dict)
+    ready_at: float = 0.0  # when a waking node is ON
+    signature: tuple[object, ...] = ()  # what placement scoring depends on; kept current
+
+    def refresh_signature(self) -> None:
+        self.signature = (
+            self.spec.gpu_model,
+            tuple(sorted(round(f, 4) for f in self.gpu_free)),
+            self.cpu_free,
+            self.mem_free,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: NodeSpec) -> NodeState:
+        return cls(spec, [1.0] * spec.num_gpus, spec.cpu_milli, spec.memory_mib)
+
+    @property
+    def node_id(self) -> str:
+        return self.spec.node_id
+
+    @property
+    def free_whole(self) -> int:
+        return sum(1 for f in self.gpu_free if f >= 1.0 - EPS)
+
+    @property
+    def free_gpu(self) -> float:
+        return sum(self.gpu_free)
+
+    @property
+    def has_partial(self) -> bool:
+        return any(EPS < f < 1.0 - EPS for f in self.gpu_free)
+
+    @property
+    def idle(self) -> bool:
+        return not self.jobs
+
+    def allocated_gpu(self) -> float:
+        return self.spec.num_gpus - self.free_gpu
+
+
+class ClusterState:
+    """All nodes, with buckets by (GPU model, free whole GPUs) over the nodes that are ON."""
+
+    def __init__(self, specs: Iterable[NodeSpec]) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        for spec in specs:
+            if spec.node_id in self.nodes:
+                raise InvalidDecision(f"node {spec.node_id!r} appears twice")
+            self.nodes[spec.node_id] = NodeState.from_spec(spec)
+        self.models: tuple[str, ...] = tuple(
+            dict.fromkeys(n.spec.gpu_model for n in self.nodes.values() if n.spec.num_gpus)
+        )
+        self.max_gpus: dict[str, int] = {}
+        for n in self.nodes.values():
+            m = n.spec.gpu_model
+            self.max_gpus[m] = max(self.max_gpus.get(m, 0), n.spec.num_gpus)
+        self.total_gpus = sum(n.spec.num_gpus for n in self.nodes.values())
+        # buckets[model][k]: ON nodes of that model with exactly k whole free GPUs.
+        self._buckets: dict[str, list[dict[str, None]]] = {
+            m: [{} for _ in range(self.max_gpus.get(m, 0) + 1)] for m in self._all_models()
+        }
+        self._partial: dict[str, dict[str, None]] = {m: {} for m in self._all_models()}
+        self._key: dict[str, tuple[int, bool] | None] = {}
+        self._journal: list[Callable[[], None]] = []
+        self._journaling = False
+        self._hidden: dict[str, None] = {}
+        self.version = 0  # bumped on every change; lets callers cache per state
+        for node in self.nodes.values():
+            self._index(node)
+
+    def _all_models(self) -> list[str]:
+        return list(dict.fromkeys(n.spec.gpu_model for n in self.nodes.values()))
+
+    # -- index ------------------------------------------------------------------
+    def _index(self, node: NodeState) -> None:
+        node.refresh_signature()
+        nid, model = node.node_id, node.spec.gpu_model
+        old = self._key.get(nid)
+        usable = node.power is PowerState.ON and nid not in self._hidden
+        new = (node.free_whole, node.has_partial) if usable else None
+        if old == new:
+            return
+        if old is not None:
+            del self._buckets[model][old[0]][nid]
+            if old[1]:
+                del self._partial[model][nid]
+        if new is not None:
+            self._buckets[model][new[0]][nid] = None
+            if new[1]:
+                self._partial[model][nid] = None
+        self._key[nid] = new
+        self.version += 1
+
+    def nodes_with_whole(self, model: str, at_least: int) -> Iterator[NodeState]:
+        """ON nodes of ``model`` with ≥ ``at_least`` whole free GPUs, fewest free first."""
+        buckets = self._buckets.get(model, [])
+        for k in range(max(at_least, 0), len(buckets)):
+            for nid in buckets[k]:
+                yield self.nodes[nid]
+
+    def nodes_with_whole_desc(self, model: str, at_least: int) -> Iterator[NodeState]:
+        """As ``nodes_with_whole``, most free first."""
+        buckets = self._buckets.get(model, [])
+        for k in range(len(buckets) - 1, max(at_least, 0) - 1, -1):
+            yield from (self.nodes[nid] for nid in buckets[k])
+
+    def nodes_with_partial(self, model: str) -> Iterator[NodeState]:
+        return (self.nodes[nid] for nid in self._partial.get(model, {}))
+
+    def max_free_whole(self, model: str) -> int:
+        buckets = self._buckets.get(model, [])
+        for k in range(len(buckets) - 1, 0, -1):
+            if buckets[k]:
+                return k
+        return 0
+
+    def on_nodes(self) -> Iterator[NodeState]:
+        """Nodes that are on and not hidden."""
+        return (
+            n
+            for n in self.nodes.values()
+            if n.power is PowerState.ON and n.node_id not in self._hidden
+        )
+
+    def hide(self, node_ids: Iterable[str]) -> None:
+        """Keep these nodes out of placement (a reservation) until ``unhide``."""
+        for nid in node_ids:
+            self._hidden[nid] = None
+            self._index(self.nodes[nid])
+
+    def unhide(self, node_ids: Iterable[str]) -> None:
+        for nid in node_ids:
+            self._hidden.pop(nid, None)
+            self._index(self.nodes[nid])
+
+    # -- transactions -------------------------------------------------------------
+    def checkpoint(self) -> int:
+        """Start (or continue) a transaction; ``rollback(mark)`` undoes what follows."""
+        self._journaling = True
+        return len(self._journal)
+
+    def rollback(self, mark: int) -> None:
+        while len(self._journal) > mark:
+            self._journal.pop()()
+
+    def commit(self) -> None:
+        """Keep every change since the first checkpoint and end the transaction."""
+        self._journal.clear()
+        self._journaling = False
+
+    def _record(self, undo: Callable[[], None]) -> None:
+        if self._journaling:
+            self._journal.append(undo)
+
+    # -- changes ------------------------------------------------------------------
+    def allocate(self, job_id: str, allocations: Iterable[Allocation]) -> None:
+        """Take the resources of ``allocations`` for ``job_id``; raise if they are not free."""
+        done: list[Allocation] = []
+        try:
+            for a in allocations:
+                self._take(job_id, a)
+                done.append(a)
+        except InvalidDecision:
+            for a in reversed(done):
+                self._give(job_id, a)
+            raise
+        self._record(lambda: self.release(job_id, done, journal=False))
+
+    def release(self, job_id: str, allocations: Iterable[Allocation], journal: bool = True) -> None:
+        """Give back what ``allocations`` took."""
+        done = list(allocations)
+        for a in done:
+            self._give(job_id, a)
+        if journal:
+            self._record(lambda: self._retake(job_id, done))
+
+    def _retake(self, job_id: str, allocations: list[Allocation]) -> None:
+        for a in allocations:
+            self._take(job_id, a)
+
+    def _take(self, job_id: str, a: Allocation) -> None:
+        node = self.nodes.get(a.node_id)
+        if node is None:
+            raise InvalidDecision(f"job {job_id}: unknown node {a.node_id!r}")
+        if node.power is not PowerState.ON:
+            raise InvalidDecision(f"job {job_id}: node {a.node_id} is {node.power}")
+        if node.cpu_free < a.cpu_milli or node.mem_free < a.memory_mib:
+            raise InvalidDecision(f"job {job_id}: node {a.node_id} lacks CPU or memory")
+        for i in a.gpu_indices:
+            if node.gpu_free[i] < a.share - EPS:
+                raise InvalidDecision(f"job {job_id}: GPU {i} of {a.node_id} is not free")
+        for i in a.gpu_indices:
+            node.gpu_free[i] = max(node.gpu_free[i] - a.share, 0.0)
+        node.cpu_free -= a.cpu_milli
+        node.mem_free -= a.memory_mib
+        node.jobs[job_id] = None
+        self._index(node)
+        self.version += 1
+
+    def _give(self, job_id: str, a: Allocation) -> None:
+        node = self.nodes[a.node_id]
+        for i in a.gpu_indices:
+            node.gpu_free[i] = min(node.gpu_free[i] + a.share, 1.0)
+            if node.gpu_free[i] > 1.0 - EPS:
+                node.gpu_free[i] = 1.0
+        node.cpu_free += a.cpu_milli
+        node.mem_free += a.memory_mib
+        node.jobs.pop(job_id, None)
+        self._index(node)
+        self.version += 1
+
+    def set_power(self, node_id: str, power: PowerState, ready_at: float = 0.0) -> None:
+        node = self.nodes[node_id]
+        if power is not PowerState.ON and node.jobs:
+            raise InvalidDecision(f"node {node_id} runs jobs; it cannot be {power}")
+        before, before_ready = node.power, node.ready_at
+        node.power, node.ready_at = power, ready_at
+        self._index(node)
+
+        def undo() -> None:
+            node.power, node.ready_at = before, before_ready
+            self._index(node)
+
+        self._record(undo)
+
+    # -- figures ------------------------------------------------------------------
+    def allocated_gpus(self) -> float:
+        return sum(n.allocated_gpu() for n in self.nodes.values())
+
+    def on_gpus(self) -> int:
+        return sum(n.spec.num_gpus for n in self.nodes.values() if n.power is PowerState.ON)

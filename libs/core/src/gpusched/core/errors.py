@@ -1,0 +1,21 @@
+"""The core's exceptions."""
+
+from __future__ import annotations
+
+__all__ = ["CoreError", "InvalidDecision", "UnknownName"]
+
+
+class CoreError(Exception):
+    """Base of every gpusched.core error."""
+
+
+class UnknownName(CoreError):
+    """A policy, placement or parameter name that does not exist; lists the accepted ones."""
+
+    def __init__(self, kind: str, name: str, accepted: list[str]) -> None:
+        self.kind, self.name, self.accepted = kind, name, accepted
+        super().__init__(f"unknown {kind} {name!r}; accepted: {', '.join(sorted(accepted))}")
+
+
+class InvalidDecision(CoreError):
+    """A decision that cannot be applied to the cluster state (a bug or a stale snapshot)."""

@@ -1,0 +1,95 @@
+"""Scheduling parameters: every weight and threshold by name, with its documented default.
+
+``Params`` is a frozen value; ``Params.with_values({"dynamic.aging_weight": 2.0})`` gives a
+new one (what the control topic does at run time). Unknown names are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from gpusched.core.errors import UnknownName
+
+__all__ = ["Params"]
+
+
+def _p(default: Any, doc: str) -> Any:
+    from dataclasses import field
+
+    return field(default=default, metadata={"doc": doc})
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """All policy parameters. Names in the control topic are ``<field>`` as written here."""
+
+    # -- shared by every policy ---------------------------------------------------------
+    preemption_cost_s: float = _p(
+        120.0, "GPU time lost per preemption (checkpoint/restart); same for every policy"
+    )
+    max_scan: int = _p(1000, "pending jobs tried per cycle beyond the first blocked one")
+    refresh_s: float = _p(600.0, "seconds between priority refreshes (fair share, predictions)")
+    fairshare_half_life_s: float = _p(7 * 86400.0, "half-life of decayed tenant usage")
+    qos_classes: tuple[str, ...] = _p(
+        ("high", "Guaranteed", "LS", "normal", "Burstable", "BE", ""),
+        "QoS classes, highest first; unknown classes rank as the last",
+    )
+    # -- backfill (Slurm multifactor) -----------------------------------------------------
+    backfill_weight_age: float = _p(1000.0, "PriorityWeightAge")
+    backfill_max_age_s: float = _p(7 * 86400.0, "PriorityMaxAge: age factor saturates here")
+    backfill_weight_fairshare: float = _p(10000.0, "PriorityWeightFairshare")
+    backfill_weight_jobsize: float = _p(1000.0, "PriorityWeightJobSize (favours small jobs)")
+    backfill_weight_qos: float = _p(10000.0, "PriorityWeightQOS")
+    # -- tiresias (2D-LAS) ----------------------------------------------------------------
+    tiresias_thresholds_gpu_s: tuple[float, ...] = _p(
+        (3600.0 * 8,), "2D attained-service queue limits in GPU-seconds (K-1 values)"
+    )
+    tiresias_starve_factor: float = _p(
+        10.0, "promote to the top queue after waiting this many times its run time"
+    )
+    tiresias_lease_s: float = _p(60.0, "shortest run before a job may be preempted")
+    # -- dynamic (ours) -------------------------------------------------------------------
+    dynamic_aging_s: float = _p(
+        4 * 3600.0, "wait that halves a job's rank time (aging: no job starves)"
+    )
+    dynamic_qos_factor: float = _p(
+        30.0, "rank-time divisor per QoS class step above the lowest class seen"
+    )
+    dynamic_fairshare_weight: float = _p(
+        1.0, "how strongly a tenant above its fair share is held back (rank-time multiplier)"
+    )
+    dynamic_preempt_margin: float = _p(
+        8.0, "preempt only when the victim's rank time exceeds the job's by this factor"
+    )
+    dynamic_min_run_s: float = _p(1800.0, "shortest run before a job may be preempted")
+    dynamic_min_wait_s: float = _p(300.0, "a job waits this long before it may preempt")
+    dynamic_tick_s: float = _p(300.0, "seconds between timer cycles (preemption, power)")
+    dynamic_headroom_gpus: float = _p(16.0, "idle GPUs kept on for arrivals")
+    dynamic_headroom_frac: float = _p(0.05, "more idle-on headroom as a share of GPUs in use")
+    dynamic_park_after_s: float = _p(900.0, "an idle node is parked after this long")
+    dynamic_energy_aware: bool = _p(True, "park idle nodes and wake them ahead of demand")
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def describe(cls) -> dict[str, tuple[Any, str]]:
+        """name -> (default, meaning), for documentation and the admin UI."""
+        return {f.name: (f.default, f.metadata.get("doc", "")) for f in fields(cls)}
+
+    def with_values(self, values: dict[str, Any]) -> Params:
+        """A copy with ``values`` set; an unknown name raises ``UnknownName``."""
+        known = set(self.names())
+        for name in values:
+            if name not in known:
+                raise UnknownName("parameter", name, sorted(known))
+        return replace(self, **values)
+
+    def qos_rank(self, qos: str) -> int:
+        """0 for the highest class."""
+        try:
+            return self.qos_classes.index(qos)
+        except ValueError:
+            return len(self.qos_classes)

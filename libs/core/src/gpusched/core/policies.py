@@ -1,0 +1,287 @@
+"""Scheduling policies by name. Each orders pending jobs and may preempt, reserve or park.
+
+A policy never reads a job's true duration; ``srpt-oracle`` is handed a lookup by its
+caller and is labelled a bound, not a production policy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpusched.core.errors import UnknownName
+from gpusched.core.model import Decision, Job, ParkNode, PowerState, WakeNode
+
+if TYPE_CHECKING:
+    from gpusched.core.scheduler import Scheduler
+
+__all__ = ["POLICIES", "Oracle", "Policy", "make_policy"]
+
+Key = tuple[Any, ...]
+Oracle = Callable[[str], float]  # job id -> true total run time still to do, from 0
+
+
+class Policy:
+    """Base: FIFO-like defaults. Subclasses override the hooks they need (~50 lines each)."""
+
+    name = ""
+    preemptive = False
+    blocks_at_head = False
+    reserves_head = False
+    refreshes = False
+
+    def bind(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        self.p = scheduler.params
+
+    def key(self, job: Job, ref_time: float) -> Key:
+        """Sort key of a pending job (lower runs first); fixed between refreshes."""
+        return (job.submit_time,)
+
+    def running_key(self, job: Job, now: float) -> Key:
+        """Sort key of a running job, comparable with ``key`` (for preemption)."""
+        return self.key(job, now)
+
+    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
+        return False
+
+    def timer_due(self, now: float) -> bool:
+        return False
+
+    def next_timer(self, now: float) -> float | None:
+        return None
+
+    def power(self, now: float) -> list[Decision]:
+        return []
+
+    def components(self, job: Job, now: float) -> dict[str, float]:
+        """The named terms of a job's priority (for priority updates)."""
+        return {"submit_time": job.submit_time}
+
+    def why_placed(self, job: Job, now: float) -> str:
+        return f"{self.name}: fits now"
+
+
+class Fifo(Policy):
+    """First come, first fit, no skipping: the head of the queue blocks everyone."""
+
+    name = "fifo"
+    blocks_at_head = True
+
+
+class Backfill(Policy):
+    """Slurm multifactor priority (age, fair share, job size, QoS) with EASY backfill."""
+
+    name = "backfill"
+    reserves_head = True
+    refreshes = True
+
+    def components(self, job: Job, now: float) -> dict[str, float]:
+        p = self.p
+        age = min(max(now - job.submit_time, 0.0) / p.backfill_max_age_s, 1.0)
+        size = 1.0 - min(job.request.num_gpu / max(self.s.state.total_gpus, 1), 1.0)
+        qos = 1.0 - p.qos_rank(job.qos) / max(len(p.qos_classes), 1)
+        return {
+            "age": p.backfill_weight_age * age,
+            "fair_share": p.backfill_weight_fairshare * self.s.fairshare.factor(job.tenant),
+            "job_size": p.backfill_weight_jobsize * size,
+            "qos": p.backfill_weight_qos * qos,
+        }
+
+    def key(self, job: Job, ref_time: float) -> Key:
+        return (-sum(self.components(job, ref_time).values()), job.submit_time)
+
+
+class Tiresias(Policy):
+    """Discretized 2D least-attained-service (Tiresias, NSDI'19), preemptive.
+
+    Queues by attained GPU-seconds; FIFO within a queue; a job starved for
+    ``tiresias_starve_factor`` times its run time is promoted to the top queue.
+    """
+
+    name = "tiresias"
+    preemptive = True
+    refreshes = True
+
+    def _queue(self, attained_gpu_s: float) -> int:
+        return sum(1 for t in self.p.tiresias_thresholds_gpu_s if attained_gpu_s >= t)
+
+    def key(self, job: Job, ref_time: float) -> Key:
+        queue = self._queue(job.attained_gpu_s)
+        waited = ref_time - job.pending_since
+        if job.executed_s > 0 and waited > self.p.tiresias_starve_factor * job.executed_s:
+            queue = 0
+        return (queue, job.submit_time)
+
+    def running_key(self, job: Job, now: float) -> Key:
+        return (self._queue(job.attained_at(now)), job.submit_time)
+
+    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
+        ran = now - (victim.run_start or now)
+        return ran >= self.p.tiresias_lease_s and self.running_key(victim, now)[0] > (
+            self.s.queue.key_of(job.job_id)[0]
+        )
+
+    def timer_due(self, now: float) -> bool:
+        due = now >= self._next_tick
+        if due:
+            self._next_tick = now + self.p.tiresias_lease_s
+        return due
+
+    def next_timer(self, now: float) -> float | None:
+        return self._next_tick if self.s.running and len(self.s.queue) else None
+
+    def bind(self, scheduler: Scheduler) -> None:
+        super().bind(scheduler)
+        self._next_tick = 0.0
+
+    def components(self, job: Job, now: float) -> dict[str, float]:
+        return {"queue": float(self.running_key(job, now)[0]), "attained_gpu_s": job.attained_at(now)}
+
+
+class SrptOracle(Policy):
+    """Shortest remaining GPU-time first with TRUE durations: a reference bound only."""
+
+    name = "srpt-oracle"
+    preemptive = True
+    refreshes = False
+
+    def __init__(self, oracle: Oracle) -> None:
+        self.oracle = oracle
+
+    def _remaining(self, job: Job, now: float) -> float:
+        return max(self.oracle(job.job_id) - job.executed_at(now), 0.0) * max(job.request.num_gpu, 0.01)
+
+    def key(self, job: Job, ref_time: float) -> Key:
+        return (self._remaining(job, ref_time),)
+
+    def running_key(self, job: Job, now: float) -> Key:
+        return (self._remaining(job, now),)
+
+    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
+        cost = self.p.preemption_cost_s * victim.request.num_gpu
+        return self._remaining(victim, now) > self._remaining(job, now) + cost
+
+
+class Dynamic(Policy):
+    """Ours: a priority rebuilt from live signals, with sparing preemption and parking.
+
+    Rank = predicted rank time (inverse Gittins index from finished jobs of the same
+    tenant and size) x GPUs, divided by a factor per QoS step, multiplied when the tenant
+    is above its fair share, halved for every ``dynamic_aging_s`` of waiting. Lower runs
+    first; blocked heads get a reservation, so holes are filled without delaying them.
+    """
+
+    name = "dynamic"
+    preemptive = True
+    reserves_head = True
+    refreshes = True
+
+    def bind(self, scheduler: Scheduler) -> None:
+        super().bind(scheduler)
+        self._next_tick = 0.0
+        self._qos_seen: dict[int, None] = {}
+
+    def _qos_steps(self, job: Job) -> int:
+        rank = self.p.qos_rank(job.qos)
+        self._qos_seen.setdefault(rank, None)
+        return sum(1 for r in self._qos_seen if r > rank)
+
+    def components(self, job: Job, now: float) -> dict[str, float]:
+        gpus = max(job.request.num_gpu, 0.05)
+        rank = self.s.predictor.rank_time(job, now) * gpus
+        over = max(self.s.fairshare.usage_ratio(job.tenant) - 1.0, 0.0)
+        return {
+            "log_rank_gpu_s": math.log(max(rank, 1.0)),
+            "qos": -self._qos_steps(job) * math.log(self.p.dynamic_qos_factor),
+            "fair_share": math.log1p(self.p.dynamic_fairshare_weight * over),
+            "aging": -math.log(2) * max(now - job.submit_time, 0.0) / self.p.dynamic_aging_s,
+        }
+
+    def key(self, job: Job, ref_time: float) -> Key:
+        c = self.components(job, ref_time)
+        return (sum(c.values()), job.submit_time)
+
+    def running_key(self, job: Job, now: float) -> Key:
+        c = self.components(job, now)
+        return (c["log_rank_gpu_s"] + c["qos"] + c["fair_share"], job.submit_time)
+
+    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
+        p = self.p
+        if now - (victim.run_start or now) < p.dynamic_min_run_s:
+            return False
+        if now - job.pending_since < p.dynamic_min_wait_s:
+            return False
+        if p.qos_rank(victim.qos) < p.qos_rank(job.qos):
+            return False
+        pred = self.s.predictor
+        victim_left = pred.expected_remaining(victim, now) * max(victim.request.num_gpu, 0.05)
+        job_left = pred.expected_remaining(job, now) * max(job.request.num_gpu, 0.05)
+        cost = p.preemption_cost_s * max(victim.request.num_gpu, 0.05)
+        boost = p.dynamic_qos_factor ** (p.qos_rank(victim.qos) > p.qos_rank(job.qos))
+        return victim_left * boost > p.dynamic_preempt_margin * job_left + cost
+
+    def timer_due(self, now: float) -> bool:
+        due = now >= self._next_tick
+        if due:
+            self._next_tick = now + self.p.dynamic_tick_s
+        return due
+
+    def next_timer(self, now: float) -> float | None:
+        return self._next_tick
+
+    def power(self, now: float) -> list[Decision]:
+        """Keep on what runs, what waits and a headroom; park the rest after a while."""
+        if not self.p.dynamic_energy_aware:
+            return []
+        state = self.s.state
+        allocated = 0.0
+        capacity = 0.0
+        idle_on: list[tuple[float, str, int]] = []
+        parked: list[tuple[str, int]] = []
+        for node in state.nodes.values():
+            n = node.spec.num_gpus
+            if node.power is PowerState.PARKED:
+                parked.append((node.node_id, n))
+                continue
+            capacity += n
+            allocated += n - node.free_gpu if node.power is PowerState.ON else 0.0
+            if node.power is PowerState.ON and node.idle:
+                idle_on.append((self.s.idle_since.get(node.node_id, now), node.node_id, n))
+        headroom = self.p.dynamic_headroom_gpus + self.p.dynamic_headroom_frac * allocated
+        need = allocated + self.s.queue.gpu_demand + headroom
+        decisions: list[Decision] = []
+        if capacity < need:
+            for node_id, n in parked:
+                if capacity >= need:
+                    break
+                decisions.append(WakeNode(node_id, f"demand {need:.0f} GPUs > {capacity:.0f} on"))
+                capacity += n
+            return decisions
+        for since, node_id, n in sorted(idle_on, reverse=True):
+            if capacity - n < need or now - since < self.p.dynamic_park_after_s:
+                continue
+            decisions.append(ParkNode(node_id, f"idle since {since:.0f}; {capacity:.0f} on"))
+            capacity -= n
+        return decisions
+
+
+POLICIES: dict[str, Callable[..., Policy]] = {
+    "fifo": Fifo,
+    "backfill": Backfill,
+    "tiresias": Tiresias,
+    "srpt-oracle": SrptOracle,
+    "dynamic": Dynamic,
+}
+
+
+def make_policy(name: str, oracle: Oracle | None = None) -> Policy:
+    """A fresh policy by name; ``srpt-oracle`` needs the caller's ``oracle``."""
+    if name not in POLICIES:
+        raise UnknownName("policy", name, list(POLICIES))
+    if name == "srpt-oracle":
+        if oracle is None:
+            raise ValueError("srpt-oracle needs an oracle of true run times (simulation only)")
+        return SrptOracle(oracle)
+    return POLICIES[name]()

@@ -1,0 +1,343 @@
+"""The scheduling cycle: one object, driven the same way by the simulator and the dispatcher.
+
+The caller tells the ``Scheduler`` what happened (``submit``, ``finish``, ``node_ready``)
+and calls ``cycle(now)``; the cycle returns decisions and has already applied them to the
+scheduler's own cluster state, which the caller mirrors onto its backend. Time is always an
+argument; nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpusched.core.cluster import ClusterState
+from gpusched.core.errors import InvalidDecision
+from gpusched.core.fairshare import FairShare
+from gpusched.core.model import (
+    EPS,
+    Allocation,
+    Decision,
+    Job,
+    JobState,
+    NodeSpec,
+    ParkNode,
+    PendingReason,
+    Place,
+    PowerState,
+    Preempt,
+    Request,
+    WakeNode,
+)
+from gpusched.core.params import Params
+from gpusched.core.placement import Placement
+from gpusched.core.policies import Policy
+from gpusched.core.power import PowerModel
+from gpusched.core.queue import PendingQueue
+from gpusched.core.reasons import explain
+from gpusched.core.runtime import RuntimePredictor
+
+__all__ = ["CycleResult", "Reservation", "Scheduler"]
+
+
+@dataclass(slots=True)
+class CycleResult:
+    decisions: list[Decision] = field(default_factory=list)
+    pending: dict[str, PendingReason] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Nodes held for a blocked job from ``start`` on (EASY backfill's shadow time)."""
+
+    job_id: str
+    node_ids: tuple[str, ...]
+    start: float
+
+
+class Scheduler:
+    """Cluster state, jobs and a policy; ``cycle`` turns them into decisions."""
+
+    def __init__(
+        self,
+        nodes: Iterable[NodeSpec],
+        policy: Policy,
+        placement: Placement,
+        params: Params | None = None,
+        power: PowerModel | None = None,
+    ) -> None:
+        self.params = params or Params()
+        self.state = ClusterState(nodes)
+        self.policy = policy
+        self.placement = placement
+        self.power = power or PowerModel()
+        self.predictor = RuntimePredictor()
+        self.fairshare = FairShare(self.params.fairshare_half_life_s)
+        self.jobs: dict[str, Job] = {}
+        self.running: dict[str, Job] = {}
+        self.queue = PendingQueue()
+        self.idle_since: dict[str, float] = {nid: 0.0 for nid in self.state.nodes}
+        self.reservation: Reservation | None = None
+        self.ref_time = 0.0
+        self._next_refresh = 0.0
+        self._dirty = True
+        self._charged_at: dict[str, float] = {}
+        policy.bind(self)
+
+    # -- what happened ------------------------------------------------------------------
+    def submit(self, job: Job, now: float) -> None:
+        """A new job arrives (pending)."""
+        if job.job_id in self.jobs:
+            raise InvalidDecision(f"job {job.job_id} was already submitted")
+        job.state, job.pending_since = JobState.PENDING, now
+        self.jobs[job.job_id] = job
+        self.fairshare.see(job.tenant)
+        self.placement.observe(job.request)
+        self.queue.push(job, self.policy.key(job, self.ref_time))
+        self._dirty = True
+
+    def finish(self, job_id: str, now: float) -> Job:
+        """A running job ended; its resources are free again."""
+        job = self.running.pop(job_id)
+        self._stop(job, now)
+        job.state = JobState.FINISHED
+        self.predictor.observe(job, job.executed_s)
+        self._dirty = True
+        return job
+
+    def node_ready(self, node_id: str, now: float) -> None:
+        """A waking node finished waking."""
+        node = self.state.nodes[node_id]
+        if node.power is PowerState.WAKING:
+            self.state.set_power(node_id, PowerState.ON)
+            self.idle_since[node_id] = now
+            self._dirty = True
+
+    def cancel(self, job_id: str, now: float) -> Job:
+        """Withdraw a job, pending or running."""
+        job = self.jobs[job_id]
+        if job_id in self.running:
+            self.running.pop(job_id)
+            self._stop(job, now)
+        elif job_id in self.queue:
+            self.queue.remove(job_id)
+        job.state = JobState.FINISHED
+        self._dirty = True
+        return job
+
+    # -- the cycle ----------------------------------------------------------------------
+    def cycle(self, now: float, explain_pending: bool = False) -> CycleResult:
+        """One scheduling cycle at time ``now``.
+
+        1. refresh: re-key the queue when priorities have moved (timer);
+        2. admit: walk pending jobs in priority order; place what fits; for the first
+           blocked job, preempt (preemptive policies) or reserve nodes (backfill,
+           dynamic); fifo stops at its first blocked job;
+        3. power: park idle nodes and wake parked ones (energy-aware policies);
+        4. explain: a reason for every job left pending (when asked).
+        """
+        result = CycleResult()
+        # 1. refresh
+        if now >= self._next_refresh:
+            self._refresh(now)
+        if self.policy.timer_due(now):
+            self._dirty = True
+        # 2. admit
+        if self._dirty and len(self.queue):
+            self._admit(now, result.decisions)
+        self._dirty = False
+        # 3. power
+        for decision in self.policy.power(now):
+            self._apply_power(decision, now)
+            result.decisions.append(decision)
+        # 4. explain
+        if explain_pending:
+            result.pending = self.explain_all(now)
+        return result
+
+    def next_wakeup(self, now: float) -> float | None:
+        """When the scheduler wants a cycle even if nothing happens (timers)."""
+        times = [t for t in (self.policy.next_timer(now), self._next_refresh) if t is not None]
+        later = [t for t in times if t > now]
+        return min(later) if later else None
+
+    def _refresh(self, now: float) -> None:
+        for job in self.running.values():
+            since = self._charged_at.get(job.job_id, job.run_start or now)
+            self.fairshare.charge(job.tenant, (now - since) * job.request.num_gpu, now)
+            self._charged_at[job.job_id] = now
+        if self.policy.refreshes:
+            self.ref_time = now
+            self.queue.rekey(lambda jid: self.policy.key(self.jobs[jid], now))
+        self._next_refresh = now + self.params.refresh_s
+        self._dirty = True
+
+    def _admit(self, now: float, decisions: list[Decision]) -> None:
+        state, policy = self.state, self.policy
+        failed: set[tuple[Request, bool]] = set()
+        blocked = 0
+        preempt_tries = 0
+        self.reservation = None
+        hidden: tuple[str, ...] = ()
+        for job_id in self.queue.ids():
+            job = self.jobs[job_id]
+            short = bool(hidden) and self._ends_before(job, now, self.reservation)
+            memo = (job.request, short)
+            if memo in failed:
+                continue
+            if short:
+                allocs = self._place_ignoring(job, hidden)
+            else:
+                allocs = self.placement.place(state, job.request)
+            if allocs is not None:
+                self._start(job, allocs, now, decisions)
+                continue
+            failed.add(memo)
+            blocked += 1
+            if policy.blocks_at_head:
+                break
+            if policy.preemptive and preempt_tries < 8:
+                preempt_tries += 1
+                if self._try_preempt(job, now, decisions):
+                    failed.clear()
+                    continue
+            if policy.reserves_head and self.reservation is None:
+                self.reservation = self._reserve(job, now)
+                if self.reservation is not None:
+                    hidden = self.reservation.node_ids
+                    state.hide(hidden)
+            if blocked > self.params.max_scan:
+                break
+        if hidden:
+            state.unhide(hidden)
+
+    def _ends_before(self, job: Job, now: float, res: Reservation | None) -> bool:
+        if res is None:
+            return False
+        return now + self.predictor.expected_remaining(job, now) <= res.start
+
+    def _place_ignoring(self, job: Job, hidden: tuple[str, ...]) -> tuple[Allocation, ...] | None:
+        self.state.unhide(hidden)
+        try:
+            return self.placement.place(self.state, job.request)
+        finally:
+            self.state.hide(hidden)
+
+    def _start(
+        self, job: Job, allocs: tuple[Allocation, ...], now: float, decisions: list[Decision]
+    ) -> None:
+        self.state.allocate(job.job_id, allocs)
+        self.queue.remove(job.job_id)
+        job.state, job.run_start, job.allocations = JobState.RUNNING, now, allocs
+        if job.first_start is None:
+            job.first_start = now
+        self.running[job.job_id] = job
+        self._charged_at[job.job_id] = now
+        for a in allocs:
+            self.idle_since.pop(a.node_id, None)
+        decisions.append(Place(job.job_id, allocs, self.policy.why_placed(job, now)))
+
+    def _stop(self, job: Job, now: float) -> None:
+        """Release a running job's resources and account for the time it ran."""
+        self.state.release(job.job_id, job.allocations)
+        ran = now - (job.run_start or now)
+        job.executed_s += ran
+        job.attained_gpu_s += ran * job.request.num_gpu
+        since = self._charged_at.pop(job.job_id, job.run_start or now)
+        self.fairshare.charge(job.tenant, (now - since) * job.request.num_gpu, now)
+        job.run_start = None
+        for a in job.allocations:
+            if self.state.nodes[a.node_id].idle:
+                self.idle_since.setdefault(a.node_id, now)
+        job.allocations = ()
+
+    def _try_preempt(self, job: Job, now: float, decisions: list[Decision]) -> bool:
+        """Remove lower-priority victims until ``job`` fits, keep those it did not need."""
+        victims = [
+            v
+            for v in sorted(
+                self.running.values(), key=lambda v: self.policy.running_key(v, now), reverse=True
+            )
+            if self.policy.may_preempt(v, job, now)
+        ]
+        if not victims:
+            return False
+        state = self.state
+        mark = state.checkpoint()
+        released: list[Job] = []
+        allocs = None
+        for victim in victims:
+            state.release(victim.job_id, victim.allocations)
+            released.append(victim)
+            allocs = self.placement.place(state, job.request)
+            if allocs is not None:
+                break
+        if allocs is None:
+            state.rollback(mark)
+            state.commit()
+            return False
+        state.allocate(job.job_id, allocs)
+        needed: list[Job] = []
+        for victim in reversed(released):  # highest-priority victims back first
+            try:
+                state.allocate(victim.job_id, victim.allocations)
+            except InvalidDecision:
+                needed.append(victim)
+        state.release(job.job_id, allocs)  # _start takes it again, with bookkeeping
+        state.commit()
+        for victim in needed:
+            self.running.pop(victim.job_id)
+            self._stop(victim, now)
+            victim.state, victim.pending_since = JobState.PENDING, now
+            victim.preemptions += 1
+            self.queue.push(victim, self.policy.key(victim, self.ref_time))
+            decisions.append(Preempt(victim.job_id, f"for {job.job_id} ({self.policy.name})"))
+        self._start(job, allocs, now, decisions)
+        return True
+
+    def _reserve(self, job: Job, now: float) -> Reservation | None:
+        """The node where ``job`` fits soonest once running jobs end as predicted."""
+        req = job.request
+        need = req.num_gpu
+        if need == 0 or req.whole_gpus > max(self.state.max_gpus.values(), default=0):
+            return None
+        best: tuple[float, str] | None = None
+        for node in self.state.on_nodes():
+            if not req.allows(node.spec.gpu_model) or node.spec.num_gpus < need:
+                continue
+            free = float(node.free_whole) if req.whole_gpus else max(node.gpu_free, default=0.0)
+            ends = sorted(
+                (
+                    now + self.predictor.expected_remaining(self.jobs[j], now),
+                    sum(len(a.gpu_indices) * a.share for a in self.jobs[j].allocations
+                        if a.node_id == node.node_id),
+                )
+                for j in node.jobs
+            )
+            t = now
+            for end, gpus in ends:
+                if free >= need - EPS:
+                    break
+                free, t = free + gpus, end
+            if free >= need - EPS and t > now and (best is None or t < best[0]):
+                best = (t, node.node_id)
+        if best is None:
+            return None
+        return Reservation(job.job_id, (best[1],), best[0])
+
+    def _apply_power(self, decision: Decision, now: float) -> None:
+        if isinstance(decision, ParkNode):
+            self.state.set_power(decision.node_id, PowerState.PARKED)
+            self.idle_since.pop(decision.node_id, None)
+        elif isinstance(decision, WakeNode):
+            ready = now + self.power.wake_latency_s
+            self.state.set_power(decision.node_id, PowerState.WAKING, ready_at=ready)
+        self.state.commit()
+
+    # -- explanations -------------------------------------------------------------------
+    def explain_all(self, now: float) -> dict[str, PendingReason]:
+        """A reason for every pending job."""
+        return {
+            job_id: explain(self, self.jobs[job_id], position, now)
+            for position, job_id in enumerate(self.queue.ids())
+        }
