@@ -142,6 +142,12 @@ class ClusterState:
                 return k
         return 0
 
+    def has_free_gpu(self) -> bool:
+        """Whether any usable node has any free GPU capacity."""
+        return any(self._partial[m] for m in self._partial) or any(
+            self.max_free_whole(m) > 0 for m in self.models
+        )
+
     def on_nodes(self) -> Iterator[NodeState]:
         """Nodes that are on and not hidden."""
         return (

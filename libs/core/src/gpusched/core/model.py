@@ -122,6 +122,10 @@ class Job:
     allocations: tuple[Allocation, ...] = ()
     first_start: float | None = None
 
+    def running_for(self, now: float) -> float:
+        """Seconds since the current run started (0 when not running)."""
+        return now - self.run_start if self.run_start is not None else 0.0
+
     def executed_at(self, now: float) -> float:
         """Wall seconds run so far, including the current run."""
         current = now - self.run_start if self.run_start is not None else 0.0

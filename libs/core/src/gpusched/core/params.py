@@ -28,7 +28,10 @@ class Params:
     preemption_cost_s: float = _p(
         120.0, "GPU time lost per preemption (checkpoint/restart); same for every policy"
     )
-    max_scan: int = _p(1000, "pending jobs tried per cycle beyond the first blocked one")
+    max_scan: int = _p(
+        500, "pending jobs tried per cycle after the first blocked one (Slurm bf_max_job_test)"
+    )
+    preempt_tries: int = _p(8, "blocked jobs per cycle for which preemption is tried")
     refresh_s: float = _p(600.0, "seconds between priority refreshes (fair share, predictions)")
     fairshare_half_life_s: float = _p(7 * 86400.0, "half-life of decayed tenant usage")
     qos_classes: tuple[str, ...] = _p(

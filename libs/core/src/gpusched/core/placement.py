@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Protocol
 
 from gpusched.core.cluster import ClusterState, NodeState
@@ -67,13 +67,19 @@ class _Strategy:
     # whose rank follows that order may stop after the first bucket with a feasible node.
     ascending = True
     bucket_ordered = False
+    _CPU_ONLY_CANDIDATES = 32
 
     # -- candidates ---------------------------------------------------------------
     def _groups(self, state: ClusterState, request: Request) -> Iterator[Iterator[Candidate]]:
         """Candidates, one group per GPU model (all ON nodes for a CPU-only request)."""
         cpu, mem = request.cpu_milli, request.memory_mib
         if request.num_gpu == 0:
-            yield ((n, None) for n in state.on_nodes() if _fits_host(n, cpu, mem))
+            # CPU-only: the first nodes that fit are as good as any for GPU placement;
+            # looking at a bounded number keeps a cycle cheap on thousands of nodes.
+            fitting = (n for n in state.on_nodes() if _fits_host(n, cpu, mem))
+            yield (
+                (n, None) for _, n in zip(range(self._CPU_ONLY_CANDIDATES), fitting, strict=False)
+            )
             return
         for model in _models(state, request):
             if request.is_fraction:
@@ -91,13 +97,23 @@ class _Strategy:
     ) -> Iterator[Candidate]:
         cpu, mem, share = request.cpu_milli, request.memory_mib, request.num_gpu
         seen: dict[str, None] = {}
+        found = False
         for node in state.nodes_with_partial(model):
             seen[node.node_id] = None
             if _fits_host(node, cpu, mem):
-                yield from self._gpus_for_share(node, share)
+                for cand in self._gpus_for_share(node, share):
+                    found = True
+                    yield cand
+        if found and self.bucket_ordered:
+            return  # a partly used GPU that fits beats any whole free one for these ranks
+        bucket: int | None = None
         for node in state.nodes_with_whole(model, 1):
-            if node.node_id not in seen and _fits_host(node, cpu, mem):
-                yield from self._gpus_for_share(node, share)
+            if node.node_id in seen or not _fits_host(node, cpu, mem):
+                continue
+            if self.bucket_ordered and bucket is not None and node.free_whole != bucket:
+                return
+            bucket = node.free_whole
+            yield from self._gpus_for_share(node, share)
 
     @staticmethod
     def _gpus_for_share(node: NodeState, share: float) -> Iterator[Candidate]:
@@ -227,9 +243,7 @@ class FragmentationGradient(_Strategy):
         self._frag_cache.clear()
         self._since_refresh = 0
 
-    def _fragmentation(
-        self, model: str, gpu_free: tuple[float, ...], cpu: int, mem: int
-    ) -> float:
+    def _fragmentation(self, model: str, gpu_free: tuple[float, ...], cpu: int, mem: int) -> float:
         key = (model, gpu_free, cpu, mem)
         cached = self._frag_cache.get(key)
         if cached is not None:
@@ -242,9 +256,7 @@ class FragmentationGradient(_Strategy):
             fits_host = cpu >= req.cpu_milli and mem >= req.memory_mib and req.allows(model)
             if req.is_fraction:
                 usable = fits_host and any(f >= req.num_gpu - EPS for f in gpu_free)
-                lost = (
-                    sum(f for f in gpu_free if f < req.num_gpu - EPS) if usable else free_total
-                )
+                lost = sum(f for f in gpu_free if f < req.num_gpu - EPS) if usable else free_total
             else:
                 whole = sum(1 for f in gpu_free if f >= 1.0 - EPS)
                 usable = fits_host and whole >= req.whole_gpus

@@ -43,8 +43,16 @@ class Policy:
         """Sort key of a running job, comparable with ``key`` (for preemption)."""
         return self.key(job, now)
 
+    def wants_to_preempt(self, job: Job, now: float) -> bool:
+        """A cheap first test: could ``job`` preempt anything at all now?"""
+        return self.preemptive
+
     def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
         return False
+
+    def begin_refresh(self, now: float) -> None:
+        """Priorities are about to be recomputed at ``now`` (cache per-tenant terms here)."""
+        return None
 
     def timer_due(self, now: float) -> bool:
         return False
@@ -84,13 +92,26 @@ class Backfill(Policy):
         qos = 1.0 - p.qos_rank(job.qos) / max(len(p.qos_classes), 1)
         return {
             "age": p.backfill_weight_age * age,
-            "fair_share": p.backfill_weight_fairshare * self.s.fairshare.factor(job.tenant),
+            "fair_share": p.backfill_weight_fairshare * self._factor(job.tenant),
             "job_size": p.backfill_weight_jobsize * size,
             "qos": p.backfill_weight_qos * qos,
         }
 
     def key(self, job: Job, ref_time: float) -> Key:
         return (-sum(self.components(job, ref_time).values()), job.submit_time)
+
+    def bind(self, scheduler: Scheduler) -> None:
+        super().bind(scheduler)
+        self._factors: dict[str, float] = {}
+
+    def begin_refresh(self, now: float) -> None:
+        self._factors.clear()
+
+    def _factor(self, tenant: str) -> float:
+        # Fair-share factors move only with usage; cached until the next refresh.
+        if tenant not in self._factors:
+            self._factors[tenant] = self.s.fairshare.factor(tenant)
+        return self._factors[tenant]
 
 
 class Tiresias(Policy):
@@ -103,6 +124,8 @@ class Tiresias(Policy):
     name = "tiresias"
     preemptive = True
     refreshes = True
+
+    _next_tick = 0.0
 
     def _queue(self, attained_gpu_s: float) -> int:
         return sum(1 for t in self.p.tiresias_thresholds_gpu_s if attained_gpu_s >= t)
@@ -117,11 +140,14 @@ class Tiresias(Policy):
     def running_key(self, job: Job, now: float) -> Key:
         return (self._queue(job.attained_at(now)), job.submit_time)
 
+    def wants_to_preempt(self, job: Job, now: float) -> bool:
+        return bool(self.s.queue.key_of(job.job_id)[0] < len(self.p.tiresias_thresholds_gpu_s))
+
     def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
-        ran = now - (victim.run_start or now)
-        return ran >= self.p.tiresias_lease_s and self.running_key(victim, now)[0] > (
-            self.s.queue.key_of(job.job_id)[0]
-        )
+        ran = victim.running_for(now)
+        victim_queue: int = self.running_key(victim, now)[0]
+        job_queue: int = self.s.queue.key_of(job.job_id)[0]
+        return ran >= self.p.tiresias_lease_s and victim_queue > job_queue
 
     def timer_due(self, now: float) -> bool:
         due = now >= self._next_tick
@@ -137,7 +163,10 @@ class Tiresias(Policy):
         self._next_tick = 0.0
 
     def components(self, job: Job, now: float) -> dict[str, float]:
-        return {"queue": float(self.running_key(job, now)[0]), "attained_gpu_s": job.attained_at(now)}
+        return {
+            "queue": float(self.running_key(job, now)[0]),
+            "attained_gpu_s": job.attained_at(now),
+        }
 
 
 class SrptOracle(Policy):
@@ -151,7 +180,9 @@ class SrptOracle(Policy):
         self.oracle = oracle
 
     def _remaining(self, job: Job, now: float) -> float:
-        return max(self.oracle(job.job_id) - job.executed_at(now), 0.0) * max(job.request.num_gpu, 0.01)
+        return max(self.oracle(job.job_id) - job.executed_at(now), 0.0) * max(
+            job.request.num_gpu, 0.01
+        )
 
     def key(self, job: Job, ref_time: float) -> Key:
         return (self._remaining(job, ref_time),)
@@ -182,20 +213,42 @@ class Dynamic(Policy):
         super().bind(scheduler)
         self._next_tick = 0.0
         self._qos_seen: dict[int, None] = {}
+        self._qos_names: dict[str, None] = {}
+        self._qos_terms: dict[str, float] = {}
+        self._fair_terms: dict[str, float] = {}
+        self._tick_now = -1.0
 
-    def _qos_steps(self, job: Job) -> int:
-        rank = self.p.qos_rank(job.qos)
-        self._qos_seen.setdefault(rank, None)
-        return sum(1 for r in self._qos_seen if r > rank)
+    def _qos_term(self, qos: str) -> float:
+        term = self._qos_terms.get(qos)
+        if term is None:
+            rank = self.p.qos_rank(qos)
+            self._qos_seen.setdefault(rank, None)
+            self._qos_terms.clear()  # a new class shifts the steps of the others
+            for q in [*self._qos_names, qos]:
+                self._qos_names.setdefault(q, None)
+                r = self.p.qos_rank(q)
+                steps = sum(1 for seen in self._qos_seen if seen > r)
+                self._qos_terms[q] = -steps * math.log(self.p.dynamic_qos_factor)
+            term = self._qos_terms[qos]
+        return term
+
+    def _fair_term(self, tenant: str) -> float:
+        term = self._fair_terms.get(tenant)
+        if term is None:
+            over = max(self.s.fairshare.usage_ratio(tenant) - 1.0, 0.0)
+            term = self._fair_terms[tenant] = math.log1p(self.p.dynamic_fairshare_weight * over)
+        return term
+
+    def begin_refresh(self, now: float) -> None:
+        self._fair_terms.clear()
 
     def components(self, job: Job, now: float) -> dict[str, float]:
         gpus = max(job.request.num_gpu, 0.05)
         rank = self.s.predictor.rank_time(job, now) * gpus
-        over = max(self.s.fairshare.usage_ratio(job.tenant) - 1.0, 0.0)
         return {
             "log_rank_gpu_s": math.log(max(rank, 1.0)),
-            "qos": -self._qos_steps(job) * math.log(self.p.dynamic_qos_factor),
-            "fair_share": math.log1p(self.p.dynamic_fairshare_weight * over),
+            "qos": self._qos_term(job.qos),
+            "fair_share": self._fair_term(job.tenant),
             "aging": -math.log(2) * max(now - job.submit_time, 0.0) / self.p.dynamic_aging_s,
         }
 
@@ -207,11 +260,12 @@ class Dynamic(Policy):
         c = self.components(job, now)
         return (c["log_rank_gpu_s"] + c["qos"] + c["fair_share"], job.submit_time)
 
+    def wants_to_preempt(self, job: Job, now: float) -> bool:
+        return now - job.pending_since >= self.p.dynamic_min_wait_s
+
     def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
         p = self.p
-        if now - (victim.run_start or now) < p.dynamic_min_run_s:
-            return False
-        if now - job.pending_since < p.dynamic_min_wait_s:
+        if victim.running_for(now) < p.dynamic_min_run_s:
             return False
         if p.qos_rank(victim.qos) < p.qos_rank(job.qos):
             return False
@@ -226,6 +280,7 @@ class Dynamic(Policy):
         due = now >= self._next_tick
         if due:
             self._next_tick = now + self.p.dynamic_tick_s
+            self._tick_now = now
         return due
 
     def next_timer(self, now: float) -> float | None:

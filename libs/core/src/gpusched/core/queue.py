@@ -47,6 +47,19 @@ class PendingQueue:
         """Job ids in order (a snapshot: safe to change the queue while iterating)."""
         return iter([e[2] for e in self._entries])
 
+    def walk(self) -> Iterator[str]:
+        """Job ids in order, lazily; the caller may remove the job it was just given.
+
+        No copy is made (the queue may hold tens of thousands of jobs and a cycle usually
+        looks at a few). A job inserted ahead of the walk is visited next.
+        """
+        i = 0
+        while i < len(self._entries):
+            entry = self._entries[i]
+            yield entry[2]
+            if i < len(self._entries) and self._entries[i] is entry:
+                i += 1
+
     def key_of(self, job_id: str) -> Key:
         return self._entry[job_id][0]
 

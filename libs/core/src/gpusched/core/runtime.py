@@ -51,6 +51,8 @@ class RuntimePredictor:
         self.window, self.min_samples, self.prior_s = window, min_samples, prior_s
         self._hist: dict[tuple[str, int] | str, _History] = {}
         self._cache: dict[tuple[object, int, int], float] = {}
+        self._tail_mean: dict[tuple[int, int, float], float] = {}
+        self._resolved: dict[tuple[str, float], _History | None] = {}
 
     def observe(self, job: Job, duration_s: float) -> None:
         """A job finished after running ``duration_s`` seconds in all."""
@@ -58,14 +60,22 @@ class RuntimePredictor:
             hist = self._hist.get(key)
             if hist is None:
                 hist = self._hist[key] = _History(self.window)
+            if len(hist.sorted_) + 1 == self.min_samples:
+                self._resolved.clear()  # a more specific history becomes usable
             hist.add(max(duration_s, 1.0))
 
     def _history(self, job: Job) -> _History | None:
+        memo = (job.tenant, job.request.num_gpu)
+        if memo in self._resolved:
+            return self._resolved[memo]
+        found = None
         for key in ((job.tenant, size_class(job.request.num_gpu)), job.tenant, "*"):
             hist = self._hist.get(key)
             if hist is not None and len(hist.sorted_) >= self.min_samples:
-                return hist
-        return None
+                found = hist
+                break
+        self._resolved[memo] = found
+        return found
 
     def expected_remaining(self, job: Job, now: float) -> float:
         """E[D - a | D > a]; with no longer history, as long again as it has run."""
@@ -77,8 +87,14 @@ class RuntimePredictor:
         i = bisect.bisect_right(xs, a)
         if i >= len(xs):
             return max(a, 60.0)
-        tail = xs[i:]
-        return sum(tail) / len(tail) - a
+        memo = (id(hist), hist.version, i)
+        mean = self._tail_mean.get(memo)
+        if mean is None:
+            if len(self._tail_mean) > 200_000:
+                self._tail_mean.clear()
+            tail = xs[i:]
+            mean = self._tail_mean[memo] = sum(tail) / len(tail)
+        return mean - a
 
     def rank_time(self, job: Job, now: float) -> float:
         """1 / Gittins index of the job's remaining run time, in seconds (lower = sooner)."""

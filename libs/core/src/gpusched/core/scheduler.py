@@ -78,6 +78,8 @@ class Scheduler:
         self.queue = PendingQueue()
         self.idle_since: dict[str, float] = {nid: 0.0 for nid in self.state.nodes}
         self.reservation: Reservation | None = None
+        self._last_reservation: Reservation | None = None
+        self._victims: list[Job] | None = None
         self.ref_time = 0.0
         self._next_refresh = 0.0
         self._dirty = True
@@ -163,10 +165,11 @@ class Scheduler:
 
     def _refresh(self, now: float) -> None:
         for job in self.running.values():
-            since = self._charged_at.get(job.job_id, job.run_start or now)
+            since = self._charged_at.get(job.job_id, now - job.running_for(now))
             self.fairshare.charge(job.tenant, (now - since) * job.request.num_gpu, now)
             self._charged_at[job.job_id] = now
         if self.policy.refreshes:
+            self.policy.begin_refresh(now)
             self.ref_time = now
             self.queue.rekey(lambda jid: self.policy.key(self.jobs[jid], now))
         self._next_refresh = now + self.params.refresh_s
@@ -178,9 +181,19 @@ class Scheduler:
         blocked = 0
         preempt_tries = 0
         self.reservation = None
+        self._victims = None
         hidden: tuple[str, ...] = ()
-        for job_id in self.queue.ids():
+        scanned = 0
+        for job_id in self.queue.walk():
             job = self.jobs[job_id]
+            if blocked:
+                scanned += 1
+                if scanned > self.params.max_scan:
+                    break  # like Slurm's bf_max_job_test
+                no_room = job.request.num_gpu > 0 and not state.has_free_gpu()
+                tries_left = policy.preemptive and preempt_tries < self.params.preempt_tries
+                if no_room and not tries_left:
+                    break
             short = bool(hidden) and self._ends_before(job, now, self.reservation)
             memo = (job.request, short)
             if memo in failed:
@@ -196,18 +209,25 @@ class Scheduler:
             blocked += 1
             if policy.blocks_at_head:
                 break
-            if policy.preemptive and preempt_tries < 8:
+            if (
+                policy.preemptive
+                and preempt_tries < self.params.preempt_tries
+                and policy.wants_to_preempt(job, now)
+            ):
                 preempt_tries += 1
                 if self._try_preempt(job, now, decisions):
                     failed.clear()
                     continue
             if policy.reserves_head and self.reservation is None:
-                self.reservation = self._reserve(job, now)
+                last = self._last_reservation
+                if last is not None and last.job_id == job.job_id and last.start > now:
+                    self.reservation = last  # still ahead: keep it (jobs only leave its node)
+                else:
+                    self.reservation = self._reserve(job, now)
+                self._last_reservation = self.reservation
                 if self.reservation is not None:
                     hidden = self.reservation.node_ids
                     state.hide(hidden)
-            if blocked > self.params.max_scan:
-                break
         if hidden:
             state.unhide(hidden)
 
@@ -240,10 +260,10 @@ class Scheduler:
     def _stop(self, job: Job, now: float) -> None:
         """Release a running job's resources and account for the time it ran."""
         self.state.release(job.job_id, job.allocations)
-        ran = now - (job.run_start or now)
+        ran = job.running_for(now)
         job.executed_s += ran
         job.attained_gpu_s += ran * job.request.num_gpu
-        since = self._charged_at.pop(job.job_id, job.run_start or now)
+        since = self._charged_at.pop(job.job_id, now - ran)
         self.fairshare.charge(job.tenant, (now - since) * job.request.num_gpu, now)
         job.run_start = None
         for a in job.allocations:
@@ -253,13 +273,11 @@ class Scheduler:
 
     def _try_preempt(self, job: Job, now: float, decisions: list[Decision]) -> bool:
         """Remove lower-priority victims until ``job`` fits, keep those it did not need."""
-        victims = [
-            v
-            for v in sorted(
+        if self._victims is None:  # running jobs, lowest priority first; once per cycle
+            self._victims = sorted(
                 self.running.values(), key=lambda v: self.policy.running_key(v, now), reverse=True
             )
-            if self.policy.may_preempt(v, job, now)
-        ]
+        victims = [v for v in self._victims if self.policy.may_preempt(v, job, now)]
         if not victims:
             return False
         state = self.state
@@ -293,6 +311,7 @@ class Scheduler:
             self.queue.push(victim, self.policy.key(victim, self.ref_time))
             decisions.append(Preempt(victim.job_id, f"for {job.job_id} ({self.policy.name})"))
         self._start(job, allocs, now, decisions)
+        self._victims = None
         return True
 
     def _reserve(self, job: Job, now: float) -> Reservation | None:
@@ -301,22 +320,19 @@ class Scheduler:
         need = req.num_gpu
         if need == 0 or req.whole_gpus > max(self.state.max_gpus.values(), default=0):
             return None
+        frees: dict[str, list[tuple[float, float]]] = {}
+        for other in self.running.values():
+            end = now + self.predictor.expected_remaining(other, now)
+            for a in other.allocations:
+                frees.setdefault(a.node_id, []).append((end, len(a.gpu_indices) * a.share))
         best: tuple[float, str] | None = None
         for node in self.state.on_nodes():
             if not req.allows(node.spec.gpu_model) or node.spec.num_gpus < need:
                 continue
             free = float(node.free_whole) if req.whole_gpus else max(node.gpu_free, default=0.0)
-            ends = sorted(
-                (
-                    now + self.predictor.expected_remaining(self.jobs[j], now),
-                    sum(len(a.gpu_indices) * a.share for a in self.jobs[j].allocations
-                        if a.node_id == node.node_id),
-                )
-                for j in node.jobs
-            )
             t = now
-            for end, gpus in ends:
-                if free >= need - EPS:
+            for end, gpus in sorted(frees.get(node.node_id, ())):
+                if free >= need - EPS or (best is not None and end >= best[0]):
                     break
                 free, t = free + gpus, end
             if free >= need - EPS and t > now and (best is None or t < best[0]):

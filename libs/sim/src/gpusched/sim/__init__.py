@@ -1,1 +1,23 @@
-"""gpusched.sim — skeleton until the scheduling-core issue lands."""
+"""gpusched.sim: trace readers, the discrete-event simulator, metrics and reports."""
+
+from gpusched.sim.engine import JobOutcome, RunResult, Simulation
+from gpusched.sim.errors import SimError, TraceError
+from gpusched.sim.metrics import jain, percentile, summarize
+from gpusched.sim.replay import EXPERIMENTS, replay
+from gpusched.sim.traces import TraceJob, load_cluster, load_jobs
+
+__all__ = [
+    "EXPERIMENTS",
+    "JobOutcome",
+    "RunResult",
+    "SimError",
+    "Simulation",
+    "TraceError",
+    "TraceJob",
+    "jain",
+    "load_cluster",
+    "load_jobs",
+    "percentile",
+    "replay",
+    "summarize",
+]

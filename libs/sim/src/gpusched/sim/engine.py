@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
 from gpusched.core import (
+    Decision,
     EnergyMeter,
     Job,
     NodeSpec,
-    ParkNode,
     Params,
+    ParkNode,
     Place,
     PowerModel,
     Preempt,
@@ -31,7 +32,6 @@ from gpusched.core import (
     make_policy,
     never_fits,
 )
-
 from gpusched.sim.traces import TraceJob
 
 __all__ = ["JobOutcome", "RunResult", "Simulation"]
@@ -175,13 +175,14 @@ class Simulation:
                     timer_at = None
             outcome = sched.cycle(now)
             self._carry_out(outcome.decisions, now)
-            if self.experiment == "packing" and new_arrival in sched.queue:
+            if self.experiment == "packing" and new_arrival and new_arrival in sched.queue:
                 self._packing_failure(new_arrival, now)
             meter.set_power(self._total_w, self._floor_w)
             if arrivals % sample_every == 0 or not self._events:
                 res.series.append((now, len(sched.queue), self._total_w, self._allocated))
             wake = sched.next_wakeup(now)
-            has_work = len(sched.queue) or sched.running
+            # Arrival-only packing has no timers: jobs never leave, nothing else can change.
+            has_work = self.experiment != "packing" and (len(sched.queue) or sched.running)
             if wake is not None and has_work and (timer_at is None or wake < timer_at):
                 timer_at = wake
                 self._push(wake, _Kind.TIMER, "")
@@ -212,19 +213,24 @@ class Simulation:
         t = self.trace[job_id]
         self.result.outcomes.append(
             JobOutcome(
-                job_id, t.tenant, t.qos, t.request.num_gpu, t.submit_time,
-                job.first_start if job.first_start is not None else now, now,
-                job.executed_s, t.duration_s, job.preemptions,
+                job_id,
+                t.tenant,
+                t.qos,
+                t.request.num_gpu,
+                t.submit_time,
+                job.first_start if job.first_start is not None else now,
+                now,
+                job.executed_s,
+                t.duration_s,
+                job.preemptions,
             )
         )
 
-    def _carry_out(self, decisions: list[object], now: float) -> None:
+    def _carry_out(self, decisions: Sequence[Decision], now: float) -> None:
         for d in decisions:
             if isinstance(d, Place):
-                if self.experiment == "packing":
-                    left = float("inf")  # arrival-only: jobs never leave
-                else:
-                    left = self._left[d.job_id]
+                # Arrival-only packing: jobs never leave.
+                left = float("inf") if self.experiment == "packing" else self._left[d.job_id]
                 token = self._token.get(d.job_id, 0) + 1
                 self._token[d.job_id] = token
                 self._started_at[d.job_id] = now
@@ -262,7 +268,6 @@ class Simulation:
         self._total_w += split.total_w - old_total
         self._floor_w += split.floor_w - old_floor
         self._node_w[node_id] = (split.total_w, split.floor_w)
-
 
 
 def _overlap(a: float, b: float, window: tuple[float, float]) -> float:

@@ -13,14 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpusched.core import NodeSpec, Request
-
 from gpusched.sim.errors import TraceError
 
 __all__ = ["JOB_COLUMNS", "NODE_COLUMNS", "TraceJob", "load_cluster", "load_jobs", "trace_name"]
 
 JOB_COLUMNS = (
-    "job_id", "submit_time_s", "duration_s", "num_gpu", "gpu_type", "cpu_milli",
-    "memory_mib", "tenant", "qos_or_priority",
+    "job_id",
+    "submit_time_s",
+    "duration_s",
+    "num_gpu",
+    "gpu_type",
+    "cpu_milli",
+    "memory_mib",
+    "tenant",
+    "qos_or_priority",
 )
 NODE_COLUMNS = ("node_id", "gpu_type", "num_gpu", "cpu_milli", "memory_mib")
 _UNLIMITED = 10**12  # a trace without CPU/memory figures does not constrain them

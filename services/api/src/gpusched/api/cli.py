@@ -1,0 +1,127 @@
+"""The ``gpusched`` command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from gpusched.core import CoreError
+from gpusched.sim import SimError, replay
+from gpusched.sim.report import write_report
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+app = typer.Typer(help="gpusched: dynamic-priority GPU cluster scheduling.", no_args_is_help=True)
+console = Console(stderr=True)
+
+_TABLE = (
+    ("jobs", "jobs", "{:d}"),
+    ("avg JCT h", "avg_jct_s", "h"),
+    ("p99 JCT h", "p99_jct_s", "h"),
+    ("avg wait h", "avg_wait_s", "h"),
+    ("util", "gpu_util", "{:.3f}"),
+    ("energy MWh", "energy_kwh", "mwh"),
+    ("above floor MWh", "idle_energy_kwh", "mwh"),
+    ("preempt", "preemptions", "{:d}"),
+    ("fairness", "fairness", "{:.3f}"),
+    ("wall s", "sim_wall_s", "{:.1f}"),
+)
+
+
+def _cell(value: object, fmt: str) -> str:
+    if value is None:
+        return "-"
+    if fmt == "h":
+        return f"{float(value) / 3600:,.2f}"  # type: ignore[arg-type]
+    if fmt == "mwh":
+        return f"{float(value) / 1000:,.2f}"  # type: ignore[arg-type]
+    return fmt.format(value)
+
+
+@app.callback()
+def main() -> None:
+    """gpusched command line."""
+
+
+@app.command("replay")
+def replay_command(
+    jobs: Annotated[Path, typer.Option(help="a *.jobs.csv trace")],
+    cluster: Annotated[Path, typer.Option(help="a *.cluster.csv node list")],
+    json_out: Annotated[Path, typer.Option("--json", help="where to write the result JSON")],
+    policies: Annotated[
+        str, typer.Option(help="comma-separated: fifo,backfill,tiresias,srpt-oracle,dynamic")
+    ] = "fifo,backfill,tiresias,srpt-oracle,dynamic",
+    experiment: Annotated[str, typer.Option(help="queueing or packing")] = "queueing",
+    placement: Annotated[str, typer.Option(help="spread, bestfit or fgd")] = "bestfit",
+    time_scale: Annotated[
+        float, typer.Option(help="divide inter-arrival times by this (raises load)")
+    ] = 1.0,
+    seed: Annotated[int, typer.Option(help="seed (runs are deterministic)")] = 0,
+    report: Annotated[Path | None, typer.Option(help="also write an HTML report here")] = None,
+) -> None:
+    """Replay a trace through the scheduling policies and compare them."""
+    names = [p.strip() for p in policies.split(",") if p.strip()]
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = None
+
+        def on_start(name: str, total: int) -> None:
+            nonlocal task
+            if task is not None:
+                progress.update(task, completed=progress.tasks[task].total)
+            task = progress.add_task(f"{name:<12}", total=total)
+
+        def on_progress(n: int) -> None:
+            if task is not None:
+                progress.advance(task, n)
+
+        try:
+            doc, runs = replay(
+                jobs,
+                cluster,
+                names,
+                experiment,
+                placement,
+                time_scale,
+                seed,
+                on_start=on_start,
+                on_progress=on_progress,
+            )
+        except (SimError, CoreError) as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    table = Table(title=f"{doc['trace']} on {doc['cluster']} ({experiment}, {placement})")
+    table.add_column("policy")
+    extra = experiment == "packing"
+    for title, _, _ in _TABLE:
+        table.add_column(title, justify="right")
+    if extra:
+        table.add_column("alloc@1st fail", justify="right")
+        table.add_column("alloc final", justify="right")
+    for name, r in doc["results"].items():
+        cells = [_cell(r[key], fmt) for _, key, fmt in _TABLE]
+        if extra:
+            cells += [
+                _cell(r["alloc_frac_at_first_failure"], "{:.3f}"),
+                _cell(r["alloc_frac_final"], "{:.3f}"),
+            ]
+        table.add_row(name, *cells)
+    Console().print(table)
+    if doc["skipped"]:
+        console.print(f"[yellow]{len(doc['skipped'])} job(s) skipped[/] (listed in the JSON):")
+        for s in doc["skipped"][:5]:
+            console.print(f"  {s['job_id']}: {s['reason']}")
+    if report is not None:
+        write_report(report, doc, runs)
+        console.print(f"report: {report}")
+    console.print(f"json: {json_out}")

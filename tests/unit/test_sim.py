@@ -1,0 +1,160 @@
+"""Trace readers (errors name the row), the simulator's determinism and the replay JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from gpusched.api.cli import app
+from gpusched.sim import TraceError, load_cluster, load_jobs, replay
+from typer.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
+RESULT_KEYS = {
+    "jobs",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "avg_wait_s",
+    "p99_wait_s",
+    "max_wait_s",
+    "wait_by_qos",
+    "jct_by_qos",
+    "makespan_s",
+    "gpu_util",
+    "energy_kwh",
+    "idle_energy_kwh",
+    "floor_energy_kwh",
+    "preemptions",
+    "fairness",
+    "sim_wall_s",
+}
+HEADER = (
+    "job_id,submit_time_s,duration_s,num_gpu,gpu_type,cpu_milli,memory_mib,tenant,qos_or_priority\n"
+)
+
+
+@pytest.fixture(scope="module")
+def traces() -> Path:
+    if not (TRACES / "tiresias_60job.jobs.csv").exists():
+        pytest.fail(f"traces not found in {TRACES}; set GPUSCHED_TRACES_DIR", pytrace=False)
+    return TRACES
+
+
+def _write(tmp_path: Path, body: str, header: str = HEADER) -> Path:
+    path = tmp_path / "t.jobs.csv"
+    path.write_text(header + body)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "header", "message"),
+    [
+        ("a,0,10,-1,,,,,\n", HEADER, r"t.jobs.csv:2: column num_gpu='-1' must be"),
+        ("a,0,10,1.5,,,,,\n", HEADER, r":2: num_gpu=1.5 above 1 must be whole"),
+        ("a,0,ten,1,,,,,\n", HEADER, r":2: column duration_s='ten' is not a number"),
+        ("a,0,10,1,,,,,\na,1,10,1,,,,,\n", HEADER, r":3: job_id 'a' is empty or repeated"),
+        ("a,0,10\n", "job_id,submit_time_s,duration_s\n", "missing column"),
+    ],
+)
+def test_bad_trace_rows_are_named(tmp_path: Path, body: str, header: str, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        load_jobs(_write(tmp_path, body, header))
+
+
+def test_time_scale_divides_submit_times(traces: Path) -> None:
+    plain = load_jobs(traces / "tiresias_60job.jobs.csv")
+    fast = load_jobs(traces / "tiresias_60job.jobs.csv", time_scale=4)
+    assert [j.submit_time / 4 for j in plain] == [j.submit_time for j in fast]
+
+
+def test_job_no_node_can_hold_is_listed_not_dropped(tmp_path: Path, traces: Path) -> None:
+    jobs = _write(tmp_path, "ok,0,10,1,,,,,\nhuge,1,10,4,,999999999,,,\nh100,2,10,1,H100,,,,\n")
+    doc, _ = replay(jobs, traces / "tiresias_16x4.cluster.csv", ["fifo"])
+    assert doc["results"]["fifo"]["jobs"] == 1
+    reasons = {s["job_id"]: s["reason"] for s in doc["skipped"]}
+    assert set(reasons) == {"huge", "h100"}
+    assert "H100" in reasons["h100"]
+
+
+def test_replay_is_deterministic_and_complete(traces: Path) -> None:
+    args = (traces / "tiresias_60job.jobs.csv", traces / "tiresias_16x4.cluster.csv")
+    policies = ["fifo", "backfill", "tiresias", "srpt-oracle", "dynamic"]
+    first, _ = replay(*args, policies, time_scale=8)
+    second, _ = replay(*args, policies, time_scale=8)
+    for doc in (first, second):
+        for r in doc["results"].values():
+            r.pop("sim_wall_s")
+    assert first == second
+    for name in policies:
+        result = first["results"][name]
+        assert RESULT_KEYS - {"sim_wall_s"} <= set(result)
+        assert result["jobs"] == 60
+    # Under 8x load the oracle bound beats FIFO on mean completion time.
+    assert first["results"]["srpt-oracle"]["avg_jct_s"] < first["results"]["fifo"]["avg_jct_s"]
+
+
+def test_packing_reports_allocation_at_first_failure(traces: Path, tmp_path: Path) -> None:
+    rows = (traces / "openb_pack_gpushare40.jobs.csv").read_text().splitlines()
+    jobs = tmp_path / "pack.jobs.csv"
+    jobs.write_text("\n".join(rows[:3001]) + "\n")
+    doc, _ = replay(jobs, traces / "openb.cluster.csv", ["fifo"], "packing", "fgd")
+    r = doc["results"]["fifo"]
+    assert 0 < r["alloc_frac_at_first_failure"] <= r["alloc_frac_final"] <= 1
+    assert r["unallocated_gpus_final"] >= 0
+
+
+def test_cli_replay_writes_the_json_contract_and_a_report(traces: Path, tmp_path: Path) -> None:
+    out, report = tmp_path / "r.json", tmp_path / "r.html"
+    result = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--jobs",
+            str(traces / "tiresias_60job.jobs.csv"),
+            "--cluster",
+            str(traces / "tiresias_16x4.cluster.csv"),
+            "--policies",
+            "fifo,dynamic",
+            "--json",
+            str(out),
+            "--report",
+            str(report),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert (doc["trace"], doc["cluster"]) == ("tiresias_60job", "tiresias_16x4")
+    assert doc["experiment"] == "queueing"
+    assert set(doc["results"]) == {"fifo", "dynamic"}
+    assert set(doc["results"]["dynamic"]) >= RESULT_KEYS
+    assert "data:image/png;base64" in report.read_text()
+
+
+def test_cli_names_a_bad_policy(traces: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        [
+            "replay",
+            "--jobs",
+            str(traces / "tiresias_60job.jobs.csv"),
+            "--cluster",
+            str(traces / "tiresias_16x4.cluster.csv"),
+            "--policies",
+            "lottery",
+            "--json",
+            str(tmp_path / "x.json"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "unknown policy 'lottery'" in result.output
+
+
+def test_cluster_reader(traces: Path) -> None:
+    nodes = load_cluster(traces / "openb.cluster.csv")
+    assert len(nodes) == 1523
+    assert sum(n.num_gpus for n in nodes) == 6212
