@@ -8,6 +8,7 @@ or hash order), so the same inputs give the same decisions.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -29,8 +30,13 @@ class NodeState:
     jobs: dict[str, None] = field(default_factory=dict)
     ready_at: float = 0.0  # when a waking node is ON
     signature: tuple[object, ...] = ()  # what placement scoring depends on; kept current
+    free_whole: int = 0  # GPUs wholly free; kept current with free_gpu by refresh()
+    free_gpu: float = 0.0  # free GPU capacity, shares included
 
-    def refresh_signature(self) -> None:
+    def refresh(self) -> None:
+        """Recompute the cached figures after ``gpu_free``, CPU or memory changed."""
+        self.free_whole = sum(1 for f in self.gpu_free if f >= 1.0 - EPS)
+        self.free_gpu = sum(self.gpu_free)
         self.signature = (
             self.spec.gpu_model,
             tuple(sorted(round(f, 4) for f in self.gpu_free)),
@@ -40,19 +46,13 @@ class NodeState:
 
     @classmethod
     def from_spec(cls, spec: NodeSpec) -> NodeState:
-        return cls(spec, [1.0] * spec.num_gpus, spec.cpu_milli, spec.memory_mib)
+        node = cls(spec, [1.0] * spec.num_gpus, spec.cpu_milli, spec.memory_mib)
+        node.refresh()
+        return node
 
     @property
     def node_id(self) -> str:
         return self.spec.node_id
-
-    @property
-    def free_whole(self) -> int:
-        return sum(1 for f in self.gpu_free if f >= 1.0 - EPS)
-
-    @property
-    def free_gpu(self) -> float:
-        return sum(self.gpu_free)
 
     @property
     def has_partial(self) -> bool:
@@ -88,6 +88,10 @@ class ClusterState:
             m: [{} for _ in range(self.max_gpus.get(m, 0) + 1)] for m in self._all_models()
         }
         self._partial: dict[str, dict[str, None]] = {m: {} for m in self._all_models()}
+        # levels[model][free share] -> nodes with a partly used GPU at that free share
+        self._levels: dict[str, dict[float, dict[str, None]]] = {m: {} for m in self._all_models()}
+        self._sorted_levels: dict[str, list[float]] = {m: [] for m in self._all_models()}
+        self._node_levels: dict[str, tuple[float, ...]] = {}
         self._key: dict[str, tuple[int, bool] | None] = {}
         self._journal: list[Callable[[], None]] = []
         self._journaling = False
@@ -100,11 +104,45 @@ class ClusterState:
         return list(dict.fromkeys(n.spec.gpu_model for n in self.nodes.values()))
 
     # -- index ------------------------------------------------------------------
+    def _index_levels(self, node: NodeState, usable: bool) -> None:
+        nid, model = node.node_id, node.spec.gpu_model
+        new = (
+            tuple(sorted({round(f, 4) for f in node.gpu_free if EPS < f < 1.0 - EPS}))
+            if usable
+            else ()
+        )
+        old = self._node_levels.get(nid, ())
+        if new == old:
+            return
+        levels, order = self._levels[model], self._sorted_levels[model]
+        for level in old:
+            if level not in new:
+                del levels[level][nid]
+                if not levels[level]:
+                    del levels[level]
+                    del order[bisect.bisect_left(order, level)]
+        for level in new:
+            if level not in old:
+                if level not in levels:
+                    levels[level] = {}
+                    bisect.insort(order, level)
+                levels[level][nid] = None
+        self._node_levels[nid] = new
+
+    def partial_levels(
+        self, model: str, at_least: float
+    ) -> Iterator[tuple[float, list[NodeState]]]:
+        """Free shares ≥ ``at_least`` of partly used GPUs, ascending, with their nodes."""
+        order = self._sorted_levels.get(model, [])
+        for level in order[bisect.bisect_left(order, at_least - EPS) :]:
+            yield level, [self.nodes[nid] for nid in self._levels[model][level]]
+
     def _index(self, node: NodeState) -> None:
-        node.refresh_signature()
+        node.refresh()
         nid, model = node.node_id, node.spec.gpu_model
         old = self._key.get(nid)
         usable = node.power is PowerState.ON and nid not in self._hidden
+        self._index_levels(node, usable)
         new = (node.free_whole, node.has_partial) if usable else None
         if old == new:
             return

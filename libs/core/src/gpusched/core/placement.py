@@ -67,7 +67,10 @@ class _Strategy:
     # whose rank follows that order may stop after the first bucket with a feasible node.
     ascending = True
     bucket_ordered = False
-    _CPU_ONLY_CANDIDATES = 32
+    _CPU_ONLY_CANDIDATES = 8
+    # Within one bucket nodes differ only in tie-breaks (host CPU left, partial GPUs):
+    # ranking the first few keeps a cycle cheap on clusters of thousands of nodes.
+    _BUCKET_SAMPLE = 4
 
     # -- candidates ---------------------------------------------------------------
     def _groups(self, state: ClusterState, request: Request) -> Iterator[Iterator[Candidate]]:
@@ -96,9 +99,23 @@ class _Strategy:
         self, state: ClusterState, model: str, request: Request
     ) -> Iterator[Candidate]:
         cpu, mem, share = request.cpu_milli, request.memory_mib, request.num_gpu
+        if self.bucket_ordered and self.ascending:
+            # Best fit: the smallest free share that fits, straight from the level index.
+            for level, nodes in state.partial_levels(model, share):
+                hits = [n for n in nodes if _fits_host(n, cpu, mem)]
+                for node in hits:
+                    yield (
+                        node,
+                        next(
+                            i for i, f in enumerate(node.gpu_free) if abs(round(f, 4) - level) < EPS
+                        ),
+                    )
+                if hits:
+                    return
         seen: dict[str, None] = {}
         found = False
-        for node in state.nodes_with_partial(model):
+        partial = () if self.bucket_ordered and self.ascending else state.nodes_with_partial(model)
+        for node in partial:
             seen[node.node_id] = None
             if _fits_host(node, cpu, mem):
                 for cand in self._gpus_for_share(node, share):
@@ -107,12 +124,15 @@ class _Strategy:
         if found and self.bucket_ordered:
             return  # a partly used GPU that fits beats any whole free one for these ranks
         bucket: int | None = None
+        taken = 0
         for node in state.nodes_with_whole(model, 1):
             if node.node_id in seen or not _fits_host(node, cpu, mem):
                 continue
-            if self.bucket_ordered and bucket is not None and node.free_whole != bucket:
-                return
-            bucket = node.free_whole
+            if self.bucket_ordered:
+                whole = node.free_whole
+                if (bucket is not None and whole != bucket) or taken >= self._BUCKET_SAMPLE:
+                    return
+                bucket, taken = whole, taken + 1
             yield from self._gpus_for_share(node, share)
 
     @staticmethod
@@ -131,12 +151,13 @@ class _Strategy:
         stop_at_bucket = self.bucket_ordered and request.whole_gpus > 0
         for group in self._groups(state, request):
             bucket: int | None = None
+            taken = 0
             for cand in group:
                 if stop_at_bucket:
                     whole = cand[0].free_whole
-                    if bucket is not None and whole != bucket:
+                    if (bucket is not None and whole != bucket) or taken >= self._BUCKET_SAMPLE:
                         break
-                    bucket = whole
+                    bucket, taken = whole, taken + 1
                 r = self.rank(cand[0], request, cand[1])
                 if r < best_rank - 1e-12:
                     best, best_rank = cand, r
