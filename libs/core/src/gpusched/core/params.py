@@ -63,10 +63,12 @@ class Params:
         1.0, "how strongly a tenant above its fair share is held back (rank-time multiplier)"
     )
     dynamic_preempt_margin: float = _p(
-        8.0, "preempt only when the victim's rank time exceeds the job's by this factor"
+        3.0,
+        "preempt only when the victim's expected remaining GPU-time exceeds the job's "
+        "by this factor (plus the restart cost)",
     )
     dynamic_min_run_s: float = _p(1800.0, "shortest run before a job may be preempted")
-    dynamic_min_wait_s: float = _p(300.0, "a job waits this long before it may preempt")
+    dynamic_min_wait_s: float = _p(120.0, "a job waits this long before it may preempt")
     dynamic_tick_s: float = _p(300.0, "seconds between timer cycles (preemption, power)")
     dynamic_headroom_gpus: float = _p(16.0, "idle GPUs kept on for arrivals")
     dynamic_headroom_frac: float = _p(0.05, "more idle-on headroom as a share of GPUs in use")
