@@ -303,8 +303,10 @@ class FragmentationGradient(_Strategy):
         delta = self._fragmentation(model, after_free, cpu_after, mem_after) - (
             self._fragmentation(model, before_free, node.cpu_free, node.mem_free)
         )
-        # Ties (common) go to the fuller node, as best-fit would.
-        return delta * 1000 + sum(after)
+        # Ties (common) go to the fuller node, as best-fit would, then to the smaller node:
+        # large hosts are kept for the rare pods that only they can hold.
+        size = node.spec.cpu_milli / 1e6 + node.spec.memory_mib / 1e7
+        return delta * 1000 + sum(after) + size
 
 
 PLACEMENTS: dict[str, type[_Strategy]] = {
