@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from pydantic import BaseModel
+
 from gpusched.contracts import (
     ControlParameter,
     DecisionAction,
@@ -17,7 +19,6 @@ from gpusched.contracts import (
     PlacementDecision,
     PriorityUpdate,
 )
-from pydantic import BaseModel
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 

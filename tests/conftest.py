@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from gpusched.store import Store, StoreSettings
 from local_broker import BrokerError, LocalBroker, ensure_topics, external_bootstrap
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pydantic_settings import BaseSettings
+
 from gpusched.api import ApiSettings
 from gpusched.collector import CollectorSettings
 from gpusched.contracts.asyncapi import asyncapi_json
@@ -17,7 +19,6 @@ from gpusched.forecaster import ForecasterSettings
 from gpusched.processor import ProcessorSettings
 from gpusched.sink import SinkSettings
 from gpusched.store import StoreSettings
-from pydantic_settings import BaseSettings
 
 REPO = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- settings-table:begin (make settings-doc) -->"

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-COLUMNS = (
+COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], float]], ...] = (
     ("avg JCT (h)", lambda r: r["avg_jct_s"] / 3600),
     ("p99 JCT (h)", lambda r: r["p99_jct_s"] / 3600),
     ("avg wait (h)", lambda r: r["avg_wait_s"] / 3600),

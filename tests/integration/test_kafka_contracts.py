@@ -8,6 +8,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from pydantic import BaseModel
+
 from gpusched.contracts import (
     CONTROL,
     JOBS,
@@ -22,8 +24,6 @@ from gpusched.contracts import (
     decode,
     encode,
 )
-from pydantic import BaseModel
-
 from tests.builders import every_event
 
 pytestmark = pytest.mark.kafka

@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from local_broker import REPO, LocalBroker, ensure_topics, external_bootstrap, load_topic_specs
 
 pytestmark = [

@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
 from gpusched.contracts import GpuTelemetrySample
 from gpusched.store import (
     TABLES,
@@ -18,7 +19,6 @@ from gpusched.store import (
     migrate,
 )
 from gpusched.store.connection import connect
-
 from tests.builders import T0, every_event
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from gpusched.contracts import (
     TOPICS,
     GpuTelemetrySample,
@@ -22,7 +23,6 @@ from gpusched.contracts import (
     topic_for,
 )
 from gpusched.contracts.asyncapi import asyncapi_json
-
 from tests.builders import every_event
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gpusched.core import (
     Job,
     NodeSpec,
@@ -13,8 +16,6 @@ from gpusched.core import (
 )
 from gpusched.core.model import EPS
 from gpusched.core.policies import POLICIES
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 MODELS = ("V100", "T4", "A100")
 

@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
+
 from gpusched.api.cli import app
 from gpusched.sim import TraceError, load_cluster, load_jobs, replay
-from typer.testing import CliRunner
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
@@ -108,24 +109,17 @@ def test_packing_reports_allocation_at_first_failure(traces: Path, tmp_path: Pat
     assert r["unallocated_gpus_final"] >= 0
 
 
+def _replay_cli(traces: Path, *args: str) -> Result:
+    jobs, cluster = traces / "tiresias_60job.jobs.csv", traces / "tiresias_16x4.cluster.csv"
+    return CliRunner().invoke(
+        app, ["replay", "--jobs", str(jobs), "--cluster", str(cluster), *args]
+    )
+
+
 def test_cli_replay_writes_the_json_contract_and_a_report(traces: Path, tmp_path: Path) -> None:
     out, report = tmp_path / "r.json", tmp_path / "r.html"
-    result = CliRunner().invoke(
-        app,
-        [
-            "replay",
-            "--jobs",
-            str(traces / "tiresias_60job.jobs.csv"),
-            "--cluster",
-            str(traces / "tiresias_16x4.cluster.csv"),
-            "--policies",
-            "fifo,dynamic",
-            "--json",
-            str(out),
-            "--report",
-            str(report),
-        ],
-    )
+    policies = ("--policies", "fifo,dynamic")
+    result = _replay_cli(traces, *policies, "--json", str(out), "--report", str(report))
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     assert (doc["trace"], doc["cluster"]) == ("tiresias_60job", "tiresias_16x4")
@@ -136,20 +130,7 @@ def test_cli_replay_writes_the_json_contract_and_a_report(traces: Path, tmp_path
 
 
 def test_cli_names_a_bad_policy(traces: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(
-        app,
-        [
-            "replay",
-            "--jobs",
-            str(traces / "tiresias_60job.jobs.csv"),
-            "--cluster",
-            str(traces / "tiresias_16x4.cluster.csv"),
-            "--policies",
-            "lottery",
-            "--json",
-            str(tmp_path / "x.json"),
-        ],
-    )
+    result = _replay_cli(traces, "--policies", "lottery", "--json", str(tmp_path / "x.json"))
     assert result.exit_code == 2
     assert "unknown policy 'lottery'" in result.output
 

@@ -13,6 +13,8 @@ import json
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from gpusched.contracts.errors import (
     InvalidEvent,
     MalformedMessage,
@@ -20,7 +22,6 @@ from gpusched.contracts.errors import (
     UnknownSchemaVersion,
 )
 from gpusched.contracts.events import SCHEMA_VERSION
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "DeadLetter", "dead_letter", "decode", "encode"]
 

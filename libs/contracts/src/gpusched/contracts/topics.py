@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from gpusched.contracts.errors import UnknownTopic
 from gpusched.contracts.events import (
     ControlParameter,
@@ -14,7 +16,6 @@ from gpusched.contracts.events import (
     PlacementDecision,
     PriorityUpdate,
 )
-from pydantic import BaseModel
 
 __all__ = ["DLQ_SUFFIX", "TOPICS", "Topic", "topic_for"]
 

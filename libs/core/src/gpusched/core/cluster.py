@@ -96,6 +96,7 @@ class ClusterState:
         self._journal: list[Callable[[], None]] = []
         self._journaling = False
         self._hidden: dict[str, None] = {}
+        self._free_at: tuple[int, bool] = (-1, False)
         self.version = 0  # bumped on every change; lets callers cache per state
         for node in self.nodes.values():
             self._index(node)
@@ -182,9 +183,12 @@ class ClusterState:
 
     def has_free_gpu(self) -> bool:
         """Whether any usable node has any free GPU capacity."""
-        return any(self._partial[m] for m in self._partial) or any(
-            self.max_free_whole(m) > 0 for m in self.models
-        )
+        if self._free_at[0] != self.version:
+            free = any(self._partial[m] for m in self._partial) or any(
+                self.max_free_whole(m) > 0 for m in self.models
+            )
+            self._free_at = (self.version, free)
+        return self._free_at[1]
 
     def on_nodes(self) -> Iterator[NodeState]:
         """Nodes that are on and not hidden."""

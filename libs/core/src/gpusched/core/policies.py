@@ -43,12 +43,22 @@ class Policy:
         """Sort key of a running job, comparable with ``key`` (for preemption)."""
         return self.key(job, now)
 
-    def wants_to_preempt(self, job: Job, now: float) -> bool:
-        """A cheap first test: could ``job`` preempt anything at all now?"""
-        return self.preemptive
+    # Preemption is decided in two cheap steps, so a cycle can weigh many pairs:
+    # ``victim_facts`` once per running job and cycle (None: not preemptable now), then
+    # ``preempt_context`` once per blocked job (None: it may not preempt), then
+    # ``may_preempt(facts, context)`` per pair.
+    def victim_facts(self, victim: Job, now: float) -> Any:
+        return None
 
-    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
+    def preempt_context(self, job: Job, now: float) -> Any:
+        return None
+
+    def may_preempt(self, facts: Any, context: Any) -> bool:
         return False
+
+    def victim_order(self, victim: Job, facts: Any, now: float) -> Key:
+        """Victims are released largest key first (by default: lowest priority first)."""
+        return self.running_key(victim, now)
 
     def begin_refresh(self, now: float) -> None:
         """Priorities are about to be recomputed at ``now`` (cache per-tenant terms here)."""
@@ -140,14 +150,18 @@ class Tiresias(Policy):
     def running_key(self, job: Job, now: float) -> Key:
         return (self._queue(job.attained_at(now)), job.submit_time)
 
-    def wants_to_preempt(self, job: Job, now: float) -> bool:
-        return bool(self.s.queue.key_of(job.job_id)[0] < len(self.p.tiresias_thresholds_gpu_s))
+    def victim_facts(self, victim: Job, now: float) -> int | None:
+        if victim.running_for(now) < self.p.tiresias_lease_s:
+            return None
+        queue: int = self.running_key(victim, now)[0]
+        return queue
 
-    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
-        ran = victim.running_for(now)
-        victim_queue: int = self.running_key(victim, now)[0]
-        job_queue: int = self.s.queue.key_of(job.job_id)[0]
-        return ran >= self.p.tiresias_lease_s and victim_queue > job_queue
+    def preempt_context(self, job: Job, now: float) -> int | None:
+        queue: int = self.s.queue.key_of(job.job_id)[0]
+        return queue if queue < len(self.p.tiresias_thresholds_gpu_s) else None
+
+    def may_preempt(self, facts: int, context: int) -> bool:
+        return facts > context  # only jobs of a lower queue
 
     def timer_due(self, now: float) -> bool:
         due = now >= self._next_tick
@@ -190,9 +204,14 @@ class SrptOracle(Policy):
     def running_key(self, job: Job, now: float) -> Key:
         return (self._remaining(job, now),)
 
-    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
-        cost = self.p.preemption_cost_s * victim.request.num_gpu
-        return self._remaining(victim, now) > self._remaining(job, now) + cost
+    def victim_facts(self, victim: Job, now: float) -> float:
+        return self._remaining(victim, now) - self.p.preemption_cost_s * victim.request.num_gpu
+
+    def preempt_context(self, job: Job, now: float) -> float:
+        return self._remaining(job, now)
+
+    def may_preempt(self, facts: float, context: float) -> bool:
+        return facts > context
 
 
 class Dynamic(Policy):
@@ -260,21 +279,35 @@ class Dynamic(Policy):
         c = self.components(job, now)
         return (c["log_rank_gpu_s"] + c["qos"] + c["fair_share"], job.submit_time)
 
-    def wants_to_preempt(self, job: Job, now: float) -> bool:
-        return now - job.pending_since >= self.p.dynamic_min_wait_s
-
-    def may_preempt(self, victim: Job, job: Job, now: float) -> bool:
+    def victim_facts(self, victim: Job, now: float) -> tuple[int, float, float] | None:
+        """(QoS rank, expected remaining GPU-seconds, restart cost in GPU-seconds)."""
         p = self.p
         if victim.running_for(now) < p.dynamic_min_run_s:
+            return None
+        gpus = max(victim.request.num_gpu, 0.05)
+        left = self.s.predictor.expected_remaining(victim, now) * gpus
+        return p.qos_rank(victim.qos), left, p.preemption_cost_s * gpus
+
+    def victim_order(self, victim: Job, facts: tuple[int, float, float], now: float) -> Key:
+        return facts[:2]  # lowest class first, then the most work left
+
+    def preempt_context(self, job: Job, now: float) -> tuple[int, float] | None:
+        """(QoS rank, what the victim must exceed), once the job has waited long enough."""
+        p = self.p
+        if now - job.pending_since < p.dynamic_min_wait_s:
+            return None
+        gpus = max(job.request.num_gpu, 0.05)
+        left = self.s.predictor.expected_remaining(job, now) * gpus
+        return p.qos_rank(job.qos), p.dynamic_preempt_margin * left
+
+    def may_preempt(self, facts: tuple[int, float, float], context: tuple[int, float]) -> bool:
+        # Never a higher class for a lower one; a lower class counts qos_factor times more.
+        victim_rank, victim_left, cost = facts
+        job_rank, threshold = context
+        if victim_rank < job_rank:
             return False
-        if p.qos_rank(victim.qos) < p.qos_rank(job.qos):
-            return False
-        pred = self.s.predictor
-        victim_left = pred.expected_remaining(victim, now) * max(victim.request.num_gpu, 0.05)
-        job_left = pred.expected_remaining(job, now) * max(job.request.num_gpu, 0.05)
-        cost = p.preemption_cost_s * max(victim.request.num_gpu, 0.05)
-        boost = p.dynamic_qos_factor ** (p.qos_rank(victim.qos) > p.qos_rank(job.qos))
-        return victim_left * boost > p.dynamic_preempt_margin * job_left + cost
+        boost = self.p.dynamic_qos_factor if victim_rank > job_rank else 1.0
+        return victim_left * boost > threshold + cost
 
     def timer_due(self, now: float) -> bool:
         due = now >= self._next_tick

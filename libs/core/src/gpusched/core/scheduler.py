@@ -79,7 +79,7 @@ class Scheduler:
         self.idle_since: dict[str, float] = {nid: 0.0 for nid in self.state.nodes}
         self.reservation: Reservation | None = None
         self._last_reservation: Reservation | None = None
-        self._victims: list[Job] | None = None
+        self._victims: list[tuple[Job, object]] | None = None
         self.ref_time = 0.0
         self._next_refresh = 0.0
         self._dirty = True
@@ -209,13 +209,14 @@ class Scheduler:
             blocked += 1
             if policy.blocks_at_head:
                 break
-            if (
-                policy.preemptive
-                and preempt_tries < self.params.preempt_tries
-                and policy.wants_to_preempt(job, now)
-            ):
+            context = (
+                policy.preempt_context(job, now)
+                if policy.preemptive and preempt_tries < self.params.preempt_tries
+                else None
+            )
+            if context is not None:
                 preempt_tries += 1
-                if self._try_preempt(job, now, decisions):
+                if self._try_preempt(job, context, now, decisions):
                     failed.clear()
                     continue
             if policy.reserves_head and self.reservation is None:
@@ -271,13 +272,17 @@ class Scheduler:
                 self.idle_since.setdefault(a.node_id, now)
         job.allocations = ()
 
-    def _try_preempt(self, job: Job, now: float, decisions: list[Decision]) -> bool:
+    def _try_preempt(
+        self, job: Job, context: object, now: float, decisions: list[Decision]
+    ) -> bool:
         """Remove lower-priority victims until ``job`` fits, keep those it did not need."""
-        if self._victims is None:  # running jobs, lowest priority first; once per cycle
-            self._victims = sorted(
-                self.running.values(), key=lambda v: self.policy.running_key(v, now), reverse=True
-            )
-        victims = [v for v in self._victims if self.policy.may_preempt(v, job, now)]
+        policy = self.policy
+        if self._victims is None:  # preemptable jobs, lowest priority first; once per cycle
+            facts = [(v, policy.victim_facts(v, now)) for v in self.running.values()]
+            eligible = [(v, f) for v, f in facts if f is not None]
+            eligible.sort(key=lambda vf: policy.victim_order(vf[0], vf[1], now), reverse=True)
+            self._victims = eligible
+        victims = [v for v, f in self._victims if policy.may_preempt(f, context)]
         if not victims:
             return False
         state = self.state

@@ -12,6 +12,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
 from gpusched.sim.engine import RunResult
 
 __all__ = ["write_report"]

@@ -76,15 +76,20 @@ def _number(path: Path, line: int, row: dict[str, str], column: str, empty: floa
     return value
 
 
+def _unique_id(path: Path, line: int, row: dict[str, str], column: str, seen: set[str]) -> str:
+    value = (row[column] or "").strip()
+    if not value or value in seen:
+        raise TraceError(f"{path}:{line}: {column} {value!r} is empty or repeated")
+    seen.add(value)
+    return value
+
+
 def load_cluster(path: Path) -> list[NodeSpec]:
     """The nodes of a ``*.cluster.csv``."""
     nodes: list[NodeSpec] = []
     seen: set[str] = set()
     for line, row in _rows(path, NODE_COLUMNS):
-        node_id = (row["node_id"] or "").strip()
-        if not node_id or node_id in seen:
-            raise TraceError(f"{path}:{line}: node_id {node_id!r} is empty or repeated")
-        seen.add(node_id)
+        node_id = _unique_id(path, line, row, "node_id", seen)
         gpus = _number(path, line, row, "num_gpu", 0)
         if gpus != int(gpus):
             raise TraceError(f"{path}:{line}: num_gpu={gpus} must be whole for a node")
@@ -109,10 +114,7 @@ def load_jobs(path: Path, time_scale: float = 1.0) -> list[TraceJob]:
     jobs: list[TraceJob] = []
     seen: set[str] = set()
     for line, row in _rows(path, JOB_COLUMNS):
-        job_id = (row["job_id"] or "").strip()
-        if not job_id or job_id in seen:
-            raise TraceError(f"{path}:{line}: job_id {job_id!r} is empty or repeated")
-        seen.add(job_id)
+        job_id = _unique_id(path, line, row, "job_id", seen)
         num_gpu = _number(path, line, row, "num_gpu", None)
         if num_gpu > 1 and num_gpu != int(num_gpu):
             raise TraceError(f"{path}:{line}: num_gpu={num_gpu} above 1 must be whole")

@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
+
 from gpusched.store.errors import UnsupportedDsn
 
 __all__ = ["connect"]

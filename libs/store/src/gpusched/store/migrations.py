@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
+
 from gpusched.store.errors import MigrationError
 
 __all__ = ["Migration", "applied_migrations", "load_migrations", "migrate"]

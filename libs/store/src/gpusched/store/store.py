@@ -7,11 +7,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
+from pydantic import BaseModel
+
 from gpusched.store.connection import connect
 from gpusched.store.migrations import migrate
 from gpusched.store.settings import StoreSettings
 from gpusched.store.tables import table_for
-from pydantic import BaseModel
 
 __all__ = ["Store"]
 

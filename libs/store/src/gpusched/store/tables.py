@@ -6,6 +6,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from gpusched.contracts import (
     ControlParameter,
     DemandForecast,
@@ -15,7 +17,6 @@ from gpusched.contracts import (
     PlacementDecision,
     PriorityUpdate,
 )
-from pydantic import BaseModel
 
 __all__ = ["TABLES", "TableSpec", "table_for"]
 

@@ -7,12 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from gpusched.core import CoreError
-from gpusched.sim import SimError, replay
-from gpusched.sim.report import write_report
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from gpusched.core import CoreError
+from gpusched.sim import SimError, replay
+from gpusched.sim.report import write_report
 
 app = typer.Typer(help="gpusched: dynamic-priority GPU cluster scheduling.", no_args_is_help=True)
 console = Console(stderr=True)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from gpusched.contracts import KafkaSettings
 from pydantic_settings import SettingsConfigDict
+
+from gpusched.contracts import KafkaSettings
 
 __all__ = ["ApiSettings"]
 
