@@ -32,6 +32,24 @@ test-unit: install ## Only the fast unit tests (no broker)
 bench: install ## Run every benchmark; writes .bench/results.json (flat name: number)
 	$(RUN) python bench/run.py --out .bench/results.json
 
+TRACES ?= ../shared/traces
+REPLAY := $(RUN) gpusched replay
+
+.PHONY: results
+results: install ## Re-run the replays of docs/results.md into .bench/ and print their tables (~15 min)
+	$(REPLAY) --jobs $(TRACES)/philly_dev.jobs.csv --cluster $(TRACES)/philly_512gpu.cluster.csv \
+		--json .bench/philly_dev_512.json --report .bench/philly_dev_512.html
+	$(REPLAY) --jobs $(TRACES)/philly_dev.jobs.csv --cluster $(TRACES)/philly_1024gpu.cluster.csv \
+		--policies fifo,tiresias,dynamic --json .bench/philly_dev_1024.json
+	$(REPLAY) --jobs $(TRACES)/openb_default.jobs.csv --cluster $(TRACES)/openb.cluster.csv \
+		--json .bench/openb_default.json
+	for v in gpushare40 multigpu20 cpu050; do for p in spread bestfit fgd; do \
+		$(REPLAY) --jobs $(TRACES)/openb_pack_$$v.jobs.csv --cluster $(TRACES)/openb.cluster.csv \
+			--policies fifo --experiment packing --placement $$p --json .bench/pack_$${v}_$$p.json; \
+	done; done
+	$(RUN) python tools/results_table.py .bench/philly_dev_512.json .bench/philly_dev_1024.json \
+		.bench/openb_default.json
+
 .PHONY: kafka-up
 kafka-up: install ## Start the local Kafka broker (KRaft) and create the topics; no-op if running
 	$(RUN) python infra/kafka/local_broker.py up

@@ -208,3 +208,28 @@ def test_every_pending_job_gets_a_reason() -> None:
     assert reasons["never"].category == "never"
     assert "H100" in reasons["never"].message
     assert "8 x any GPU" in reasons["wait8"].message
+
+
+def test_dynamic_preempts_only_when_it_pays() -> None:
+    params = Params(dynamic_min_run_s=100, dynamic_min_wait_s=10, dynamic_energy_aware=False)
+    sched = Scheduler([node("a", 1)], make_policy("dynamic"), make_placement("bestfit"), params)
+    # History: tenant "long" runs ~10 h jobs, tenant "short" ~5 min ones.
+    for i in range(10):
+        sched.predictor.observe(job(f"hl{i}", 1, tenant="long"), 36000 + i)
+        sched.predictor.observe(job(f"hs{i}", 1, tenant="short"), 300 + i)
+    sched.submit(job("runner", 1, 0, tenant="long"), 0)
+    sched.cycle(0)
+    sched.submit(job("quick", 1, 50, tenant="short"), 50)
+    assert sched.cycle(55).decisions == []  # the runner's lease (min run) holds
+    decisions = sched.cycle(300).decisions  # the next timer tick (dynamic_tick_s)
+    assert [(type(d).__name__, d.job_id) for d in decisions] == [
+        ("Preempt", "runner"),
+        ("Place", "quick"),
+    ]
+    # The other way round it does not pay: a long job never preempts a short one.
+    sched2 = Scheduler([node("a", 1)], make_policy("dynamic"), make_placement("bestfit"), params)
+    sched2.predictor = sched.predictor
+    sched2.submit(job("quick", 1, 0, tenant="short"), 0)
+    sched2.cycle(0)
+    sched2.submit(job("runner", 1, 50, tenant="long"), 50)
+    assert sched2.cycle(300).decisions == []
