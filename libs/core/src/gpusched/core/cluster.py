@@ -29,7 +29,6 @@ class NodeState:
     power: PowerState = PowerState.ON
     jobs: dict[str, None] = field(default_factory=dict)
     ready_at: float = 0.0  # when a waking node is ON
-    signature: tuple[object, ...] = ()  # what placement scoring depends on; kept current
     free_whole: int = 0  # GPUs wholly free; kept current with free_gpu by refresh()
     free_gpu: float = 0.0  # free GPU capacity, shares included
 
@@ -37,12 +36,6 @@ class NodeState:
         """Recompute the cached figures after ``gpu_free``, CPU or memory changed."""
         self.free_whole = sum(1 for f in self.gpu_free if f >= 1.0 - EPS)
         self.free_gpu = sum(self.gpu_free)
-        self.signature = (
-            self.spec.gpu_model,
-            tuple(sorted(round(f, 4) for f in self.gpu_free)),
-            self.cpu_free,
-            self.mem_free,
-        )
 
     @classmethod
     def from_spec(cls, spec: NodeSpec) -> NodeState:
