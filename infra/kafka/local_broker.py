@@ -136,11 +136,17 @@ class LocalBroker:
 
     def __init__(
         self,
-        state_dir: Path = REPO / "var" / "kafka",
+        state_dir: Path | None = None,
         cache_dir: Path = REPO / ".cache" / "kafka",
-        port: int = int(os.environ.get("GPUSCHED_LOCAL_KAFKA_PORT", "19092")),
-        heap: str = os.environ.get("GPUSCHED_LOCAL_KAFKA_HEAP", "512m"),
+        port: int | None = None,
+        heap: str | None = None,
     ) -> None:
+        # Defaults come from the environment at construction, so a CLI run can be pointed
+        # at another port and folder (GPUSCHED_LOCAL_KAFKA_PORT, _DIR, _HEAP).
+        env = os.environ
+        state_dir = state_dir or Path(env.get("GPUSCHED_LOCAL_KAFKA_DIR", REPO / "var" / "kafka"))
+        port = port or int(env.get("GPUSCHED_LOCAL_KAFKA_PORT", "19092"))
+        heap = heap or env.get("GPUSCHED_LOCAL_KAFKA_HEAP", "512m")
         self.state_dir = state_dir
         self.libs = cache_dir / "libs"
         self.port = port

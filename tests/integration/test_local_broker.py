@@ -1,4 +1,5 @@
-"""The local broker's lifecycle: idempotent start, recovery after kill -9, clean stop."""
+"""The local broker's lifecycle through its command line (what `make kafka-up` runs):
+idempotent start, recovery after kill -9, clean stop."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import os
 import random
 import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from local_broker import REPO, LocalBroker, ensure_topics, external_bootstrap, load_topic_specs
+from local_broker import HERE, _pid_alive, external_bootstrap
 
 pytestmark = [
     pytest.mark.kafka,
@@ -34,29 +38,52 @@ def _free_port_pair() -> int:
     raise RuntimeError("no free port pair in 20000-30000")
 
 
-def test_up_is_idempotent_survives_kill_9_and_down_leaves_nothing(tmp_path: Path) -> None:
-    # A broker of its own (own port and data) so the session broker is not disturbed;
-    # the jar cache is the shared one, so nothing is downloaded again.
-    broker = LocalBroker(
-        state_dir=tmp_path / "kafka", cache_dir=REPO / ".cache" / "kafka", port=_free_port_pair()
-    )
-    try:
-        assert broker.up() is True
-        pid = broker.running_pid()
-        assert pid is not None
-        created = ensure_topics(broker.bootstrap)
-        assert len(created) == len(load_topic_specs())
-
-        assert broker.up() is False  # second start: no-op
-        assert broker.running_pid() == pid
-
-        os.killpg(pid, signal.SIGKILL)
-        assert broker.up() is True  # stale PID file handled, same data recovered
-        assert broker.running_pid() not in (None, pid)
-        assert ensure_topics(broker.bootstrap) == []  # the topics survived
-    finally:
-        broker.down()
-    assert broker.running_pid() is None
-    assert not broker.pid_file.exists()
+def _port_open(port: int) -> bool:
     with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", broker.port)) != 0
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_up_is_idempotent_survives_kill_9_and_down_leaves_nothing(tmp_path: Path) -> None:
+    # A broker of its own (own port and folder) so the session broker is not disturbed;
+    # the jar cache is the shared one, so nothing is downloaded again.
+    port = _free_port_pair()
+    env = {
+        **os.environ,
+        "GPUSCHED_LOCAL_KAFKA_PORT": str(port),
+        "GPUSCHED_LOCAL_KAFKA_DIR": str(tmp_path / "kafka"),
+    }
+    pid_file = tmp_path / "kafka" / "broker.pid"
+
+    def cli(command: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(HERE / "local_broker.py"), command],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    try:
+        assert "kafka started" in cli("up")
+        pid = int(pid_file.read_text())
+        assert "already running" in cli("up")  # second start: no-op
+        assert int(pid_file.read_text()) == pid
+
+        os.kill(pid, signal.SIGKILL)
+        out = cli("up")  # stale PID file handled, same data recovered
+        assert "kafka started" in out
+        assert "created 0 topics" in out  # the topics survived
+        new_pid = int(pid_file.read_text())
+        assert new_pid != pid
+    finally:
+        stopped = cli("down")
+    assert "kafka stopped" in stopped
+    assert not pid_file.exists()
+    deadline = time.monotonic() + 10
+    while _port_open(port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _port_open(port)
+    # Gone, or a zombie waiting for a parent that does not reap (PID 1 in some sandboxes).
+    assert not _pid_alive(new_pid)
