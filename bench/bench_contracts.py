@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from gpusched.contracts import GpuTelemetrySample, decode, encode
+from samples import telemetry_samples
 
 N = 50_000
 
@@ -20,26 +20,7 @@ def _rate(fn: Callable[[bytes], object], payloads: list[bytes]) -> float:
 
 
 def run() -> dict[str, float]:
-    t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    payloads = [
-        encode(
-            GpuTelemetrySample(
-                ts=t0,
-                gpu_uuid=f"GPU-{i:06d}",
-                node_id=f"n{i // 8}",
-                gpu_index=i % 8,
-                gpu_model="V100",
-                utilization_pct=i % 100,
-                memory_used_mib=1000,
-                memory_total_mib=16384,
-                power_w=200,
-                temperature_c=60,
-                sm_clock_mhz=1500,
-                interval_s=1.0,
-            )
-        )
-        for i in range(N)
-    ]
+    payloads = [encode(sample) for sample in telemetry_samples(N, gpus=N)]
     baseline = _rate(json.loads, payloads)
     decoded = _rate(lambda p: decode(GpuTelemetrySample, p), payloads)
     return {

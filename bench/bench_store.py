@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
 
-from gpusched.contracts import GpuTelemetrySample
 from gpusched.store import Store, StoreSettings
+from samples import telemetry_samples
 
 N = 100_000
 
@@ -15,24 +14,7 @@ N = 100_000
 def run() -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(StoreSettings(dsn=f"chdb://{tmp}", database="bench"))
-        t0 = datetime(2026, 1, 1, tzinfo=UTC)
-        events = [
-            GpuTelemetrySample(
-                ts=t0 + timedelta(seconds=i // 1000),
-                gpu_uuid=f"GPU-{i % 1000:06d}",
-                node_id=f"n{(i % 1000) // 8}",
-                gpu_index=i % 8,
-                gpu_model="V100",
-                utilization_pct=i % 100,
-                memory_used_mib=1000,
-                memory_total_mib=16384,
-                power_w=200,
-                temperature_c=60,
-                sm_clock_mhz=1500,
-                interval_s=1.0,
-            )
-            for i in range(N)
-        ]
+        events = telemetry_samples(N, gpus=1000)
         start = time.perf_counter()
         store.insert_events(events)
         events_s = time.perf_counter() - start
