@@ -140,8 +140,8 @@ class _Strategy:
         # One candidate per distinct free level: GPUs with the same free share are alike.
         levels: dict[float, int] = {}
         for i, f in enumerate(node.gpu_free):
-            if f >= share - EPS and round(f, 4) not in levels:
-                levels[round(f, 4)] = i
+            if f >= share - EPS and f not in levels:
+                levels[f] = i
         for i in levels.values():
             yield node, i
 
