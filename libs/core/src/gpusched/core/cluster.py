@@ -48,15 +48,8 @@ class NodeState:
         return self.spec.node_id
 
     @property
-    def has_partial(self) -> bool:
-        return any(EPS < f < 1.0 - EPS for f in self.gpu_free)
-
-    @property
     def idle(self) -> bool:
         return not self.jobs
-
-    def allocated_gpu(self) -> float:
-        return self.spec.num_gpus - self.free_gpu
 
 
 class ClusterState:
@@ -137,7 +130,8 @@ class ClusterState:
         old = self._key.get(nid)
         usable = node.power is PowerState.ON and nid not in self._hidden
         self._index_levels(node, usable)
-        new = (node.free_whole, node.has_partial) if usable else None
+        # _index_levels has just recorded the node's partly used GPUs.
+        new = (node.free_whole, bool(self._node_levels.get(nid))) if usable else None
         if old == new:
             return
         if old is not None:
@@ -291,10 +285,3 @@ class ClusterState:
             self._index(node)
 
         self._record(undo)
-
-    # -- figures ------------------------------------------------------------------
-    def allocated_gpus(self) -> float:
-        return sum(n.allocated_gpu() for n in self.nodes.values())
-
-    def on_gpus(self) -> int:
-        return sum(n.spec.num_gpus for n in self.nodes.values() if n.power is PowerState.ON)

@@ -61,11 +61,6 @@ class Request:
     def whole_gpus(self) -> int:
         return int(self.num_gpu) if self.num_gpu >= 1 else 0
 
-    @property
-    def gpu_demand(self) -> float:
-        """GPUs this request occupies (a share counts as its fraction)."""
-        return self.num_gpu
-
     def allows(self, gpu_model: str) -> bool:
         return not self.gpu_models or gpu_model in self.gpu_models
 

@@ -64,11 +64,22 @@ class Policy:
         """Priorities are about to be recomputed at ``now`` (cache per-tenant terms here)."""
         return None
 
+    _next_tick = 0.0
+
+    def tick_s(self) -> float | None:
+        """Seconds between timer cycles, or None for a policy that needs none."""
+        return None
+
     def timer_due(self, now: float) -> bool:
-        return False
+        """Whether ``now`` is a timer cycle (and schedule the next one)."""
+        period = self.tick_s()
+        if period is None or now < self._next_tick:
+            return False
+        self._next_tick = now + period
+        return True
 
     def next_timer(self, now: float) -> float | None:
-        return None
+        return self._next_tick if self.tick_s() is not None else None
 
     def power(self, now: float) -> list[Decision]:
         return []
@@ -135,8 +146,6 @@ class Tiresias(Policy):
     preemptive = True
     refreshes = True
 
-    _next_tick = 0.0
-
     def _queue(self, attained_gpu_s: float) -> int:
         return sum(1 for t in self.p.tiresias_thresholds_gpu_s if attained_gpu_s >= t)
 
@@ -163,18 +172,12 @@ class Tiresias(Policy):
     def may_preempt(self, facts: int, context: int) -> bool:
         return facts > context  # only jobs of a lower queue
 
-    def timer_due(self, now: float) -> bool:
-        due = now >= self._next_tick
-        if due:
-            self._next_tick = now + self.p.tiresias_lease_s
-        return due
+    def tick_s(self) -> float:
+        return self.p.tiresias_lease_s
 
     def next_timer(self, now: float) -> float | None:
-        return self._next_tick if self.s.running and len(self.s.queue) else None
-
-    def bind(self, scheduler: Scheduler) -> None:
-        super().bind(scheduler)
-        self._next_tick = 0.0
+        # Demotions matter only while something runs and something waits.
+        return super().next_timer(now) if self.s.running and len(self.s.queue) else None
 
     def components(self, job: Job, now: float) -> dict[str, float]:
         return {
@@ -230,25 +233,19 @@ class Dynamic(Policy):
 
     def bind(self, scheduler: Scheduler) -> None:
         super().bind(scheduler)
-        self._next_tick = 0.0
         self._qos_seen: dict[int, None] = {}
-        self._qos_names: dict[str, None] = {}
         self._qos_terms: dict[str, float] = {}
         self._fair_terms: dict[str, float] = {}
-        self._tick_now = -1.0
 
     def _qos_term(self, qos: str) -> float:
         term = self._qos_terms.get(qos)
         if term is None:
             rank = self.p.qos_rank(qos)
-            self._qos_seen.setdefault(rank, None)
-            self._qos_terms.clear()  # a new class shifts the steps of the others
-            for q in [*self._qos_names, qos]:
-                self._qos_names.setdefault(q, None)
-                r = self.p.qos_rank(q)
-                steps = sum(1 for seen in self._qos_seen if seen > r)
-                self._qos_terms[q] = -steps * math.log(self.p.dynamic_qos_factor)
-            term = self._qos_terms[qos]
+            if rank not in self._qos_seen:
+                self._qos_seen[rank] = None
+                self._qos_terms.clear()  # a new class shifts the steps of the others
+            steps = sum(1 for seen in self._qos_seen if seen > rank)
+            term = self._qos_terms[qos] = -steps * math.log(self.p.dynamic_qos_factor)
         return term
 
     def _fair_term(self, tenant: str) -> float:
@@ -309,15 +306,8 @@ class Dynamic(Policy):
         boost = self.p.dynamic_qos_factor if victim_rank > job_rank else 1.0
         return victim_left * boost > threshold + cost
 
-    def timer_due(self, now: float) -> bool:
-        due = now >= self._next_tick
-        if due:
-            self._next_tick = now + self.p.dynamic_tick_s
-            self._tick_now = now
-        return due
-
-    def next_timer(self, now: float) -> float | None:
-        return self._next_tick
+    def tick_s(self) -> float:
+        return self.p.dynamic_tick_s
 
     def power(self, now: float) -> list[Decision]:
         """Keep on what runs, what waits and a headroom; park the rest after a while."""
