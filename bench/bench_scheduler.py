@@ -8,7 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
-from gpusched.core import Job, Scheduler, make_placement, make_policy
+from gpusched.core import Scheduler, make_placement, make_policy
 from gpusched.sim import load_cluster, load_jobs, replay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ def _cycle_ms(policy: str) -> float:
         sched = Scheduler(nodes, make_policy(policy), make_placement("bestfit"))
         now = trace[1999].submit_time
         for t in trace[:2000]:
-            sched.submit(Job(t.job_id, t.request, t.submit_time, t.tenant, t.qos), now)
+            sched.submit(t.job(), now)
         start = time.perf_counter()
         sched.cycle(now)
         times.append((time.perf_counter() - start) * 1000)

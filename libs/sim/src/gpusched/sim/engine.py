@@ -19,7 +19,6 @@ from enum import IntEnum
 from gpusched.core import (
     Decision,
     EnergyMeter,
-    Job,
     NodeSpec,
     Params,
     ParkNode,
@@ -132,8 +131,7 @@ class Simulation:
         sched, res = self.scheduler, self.result
         runnable = []
         for job in self.jobs:
-            probe = Job(job.job_id, job.request, job.submit_time, job.tenant, job.qos)
-            reason = never_fits(sched, probe)
+            reason = never_fits(sched, job.job())
             if reason:
                 res.skipped.append((job.job_id, reason))
             else:
@@ -201,9 +199,8 @@ class Simulation:
 
     # -- what the backend does --------------------------------------------------------------
     def _arrive(self, job_id: str, now: float) -> None:
-        t = self.trace[job_id]
-        self._left[job_id] = t.duration_s
-        self.scheduler.submit(Job(job_id, t.request, t.submit_time, t.tenant, t.qos), now)
+        self._left[job_id] = self.trace[job_id].duration_s
+        self.scheduler.submit(self.trace[job_id].job(), now)
 
     def _finish(self, job_id: str, now: float) -> None:
         job = self.scheduler.finish(job_id, now)

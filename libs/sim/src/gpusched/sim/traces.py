@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpusched.core import NodeSpec, Request
+from gpusched.core import Job, NodeSpec, Request
 from gpusched.sim.errors import TraceError
 
 __all__ = ["JOB_COLUMNS", "NODE_COLUMNS", "TraceJob", "load_cluster", "load_jobs", "trace_name"]
@@ -42,6 +42,10 @@ class TraceJob:
     request: Request
     tenant: str
     qos: str
+
+    def job(self) -> Job:
+        """The job as the scheduler sees it: everything but the duration."""
+        return Job(self.job_id, self.request, self.submit_time, self.tenant, self.qos)
 
 
 def trace_name(path: Path) -> str:
