@@ -1,0 +1,122 @@
+"""The collector's loop: read every GPU each interval, publish, survive broker outages."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from gpusched.collector.errors import NoGpuSource
+from gpusched.collector.nvml import NvmlSource
+from gpusched.collector.occupancy import Occupancy
+from gpusched.collector.publisher import TelemetryPublisher
+from gpusched.collector.settings import CollectorSettings
+from gpusched.collector.simulated import SimulatedSource
+from gpusched.contracts import ContractError, JobEvent, decode
+from gpusched.contracts.topics import JOBS, TELEMETRY
+from gpusched.sim import load_cluster
+
+__all__ = ["CollectorStats", "build_source", "run_collector"]
+
+log = logging.getLogger(__name__)
+
+# How long a stopping collector keeps trying to hand over what it still buffers.
+_FINAL_DRAIN_S = 30.0
+
+
+@dataclass(frozen=True)
+class CollectorStats:
+    rounds: int
+    sent: int
+    dropped: int
+    buffered: int
+
+
+def build_source(settings: CollectorSettings, occupancy: Occupancy) -> NvmlSource | SimulatedSource:
+    """The configured GPU source; NoGpuSource says what is missing."""
+    if settings.collector_source == "simulated":
+        if settings.collector_cluster is None:
+            raise NoGpuSource(
+                "GPUSCHED_COLLECTOR_SOURCE=simulated needs GPUSCHED_COLLECTOR_CLUSTER=<cluster.csv>"
+            )
+        return SimulatedSource(
+            load_cluster(settings.collector_cluster),
+            occupancy,
+            settings.collector_interval_s,
+            seed=settings.collector_seed,
+        )
+    return NvmlSource(occupancy, settings.collector_interval_s, settings.collector_node_id)
+
+
+async def follow_jobs(bootstrap: str, topic: str, occupancy: Occupancy) -> None:
+    """Fold the jobs topic, from its start, into ``occupancy`` (runs until cancelled)."""
+    while True:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        try:
+            await consumer.start()
+            parts = await consumer.partitions_for_topic(topic) or set()
+            consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
+            await consumer.seek_to_beginning()
+            while True:
+                batches = await consumer.getmany(timeout_ms=500)
+                for records in batches.values():
+                    for record in records:
+                        try:
+                            occupancy.apply(decode(JobEvent, record.value or b""))
+                        except ContractError:
+                            continue  # the sink dead-letters it; here it only has no effect
+        except (KafkaError, OSError) as exc:
+            log.warning("jobs topic unreachable (%s); retrying", exc.__class__.__name__)
+            await asyncio.sleep(1.0)
+        finally:
+            await consumer.stop()
+
+
+async def run_collector(
+    settings: CollectorSettings, stop: asyncio.Event | None = None
+) -> CollectorStats:
+    """Sample until ``stop`` is set or ``collector_rounds`` are done; return what happened."""
+    stop = stop or asyncio.Event()
+    occupancy = Occupancy()
+    source = build_source(settings, occupancy)
+    prefix, bootstrap = settings.topic_prefix, settings.kafka_bootstrap_servers
+    publisher = TelemetryPublisher(
+        bootstrap, TELEMETRY.name(prefix), settings.collector_buffer_samples
+    )
+    follower = asyncio.create_task(follow_jobs(bootstrap, JOBS.name(prefix), occupancy))
+    interval, speed = settings.collector_interval_s, settings.collector_speed
+    simulated = isinstance(source, SimulatedSource)
+    start, wall0 = datetime.now(UTC), time.monotonic()
+    log.info("collecting %d %s GPUs every %.3g s", source.gpu_count, source.source, interval)
+    rounds = 0
+    try:
+        while not stop.is_set() and rounds != settings.collector_rounds:
+            now = start + timedelta(seconds=rounds * interval) if simulated else datetime.now(UTC)
+            publisher.offer(source.read(now))
+            await publisher.drain()
+            rounds += 1
+            delay = wall0 + rounds * interval / (speed if simulated else 1.0) - time.monotonic()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), delay)
+                except TimeoutError:
+                    pass
+        deadline = time.monotonic() + _FINAL_DRAIN_S
+        while len(publisher) and time.monotonic() < deadline:
+            if not await publisher.drain():
+                await asyncio.sleep(1.0)
+    finally:
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+        await publisher.close()
+    stats = CollectorStats(rounds, publisher.sent, publisher.dropped, len(publisher))
+    log.info(
+        "collector stopped: %d rounds, %d samples sent, %d dropped, %d unsent",
+        *(stats.rounds, stats.sent, stats.dropped, stats.buffered),
+    )
+    return stats

@@ -1,0 +1,112 @@
+"""Publishing samples to the telemetry topic through a bounded buffer that survives outages.
+
+``offer`` never blocks the sampling loop: samples wait in a buffer of at most ``capacity``;
+when it is full the oldest are dropped and counted (``dropped``), and a warning says how
+many. ``drain`` sends what is buffered; a batch the broker did not acknowledge goes back to
+the front of the buffer and is retried on the next drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Iterable
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from gpusched.contracts import GpuTelemetrySample, encode
+
+__all__ = ["TelemetryPublisher"]
+
+log = logging.getLogger(__name__)
+
+
+class TelemetryPublisher:
+    """Buffer and send samples keyed by GPU UUID."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, capacity: int, batch_size: int = 5_000
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.capacity = capacity
+        self.batch_size = batch_size
+        self.buffer: deque[GpuTelemetrySample] = deque()
+        self.sent = 0
+        self.dropped = 0
+        self._producer: AIOKafkaProducer | None = None
+
+    def offer(self, samples: Iterable[GpuTelemetrySample]) -> None:
+        """Queue samples; drop (and count) the oldest beyond capacity."""
+        self.buffer.extend(samples)
+        excess = len(self.buffer) - self.capacity
+        if excess > 0:
+            for _ in range(excess):
+                self.buffer.popleft()
+            self.dropped += excess
+            log.warning(
+                "telemetry buffer full (%d samples): dropped the %d oldest, %d dropped so far",
+                self.capacity,
+                excess,
+                self.dropped,
+            )
+
+    async def drain(self) -> bool:
+        """Send everything buffered; False if the broker could not be reached (kept buffered)."""
+        try:
+            producer = await self._connected()
+            while self.buffer:
+                count = min(self.batch_size, len(self.buffer))
+                batch = [self.buffer.popleft() for _ in range(count)]
+                try:
+                    await self._send(producer, batch)
+                except BaseException:
+                    self.buffer.extendleft(reversed(batch))
+                    raise
+                self.sent += count
+        except (KafkaError, OSError) as exc:
+            log.warning(
+                "broker unreachable (%s); %d samples buffered", exc.__class__.__name__, len(self)
+            )
+            await self._reset()
+            return False
+        return True
+
+    async def _send(self, producer: AIOKafkaProducer, batch: list[GpuTelemetrySample]) -> None:
+        futures = [
+            await producer.send(self.topic, encode(s), key=s.gpu_uuid.encode()) for s in batch
+        ]
+        await asyncio.gather(*futures)
+
+    async def _connected(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.bootstrap,
+                linger_ms=20,
+                max_batch_size=1 << 20,
+                acks="all",
+                request_timeout_ms=10_000,
+            )
+            try:
+                await producer.start()
+            except BaseException:
+                await producer.stop()
+                raise
+            self._producer = producer
+        return self._producer
+
+    async def _reset(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                await producer.stop()
+            except (KafkaError, OSError):
+                log.debug("producer stop failed after an outage", exc_info=True)
+
+    async def close(self) -> None:
+        await self._reset()
+
+    def __len__(self) -> int:
+        return len(self.buffer)
