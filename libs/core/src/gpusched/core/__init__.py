@@ -5,7 +5,7 @@ trace-driven simulator drive the same ``Scheduler``.
 """
 
 from gpusched.core.cluster import ClusterState, NodeState
-from gpusched.core.errors import CoreError, InvalidDecision, UnknownName
+from gpusched.core.errors import CoreError, InvalidDecision, InvalidParameter, UnknownName
 from gpusched.core.model import (
     Allocation,
     Decision,
@@ -56,6 +56,7 @@ __all__ = [
     "Reservation",
     "RuntimePredictor",
     "Scheduler",
+    "InvalidParameter",
     "UnknownName",
     "WakeNode",
     "make_placement",

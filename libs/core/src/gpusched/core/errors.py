@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["CoreError", "InvalidDecision", "UnknownName"]
+__all__ = ["CoreError", "InvalidDecision", "InvalidParameter", "UnknownName"]
 
 
 class CoreError(Exception):
@@ -19,3 +19,7 @@ class UnknownName(CoreError):
 
 class InvalidDecision(CoreError):
     """A decision that cannot be applied to the cluster state (a bug or a stale snapshot)."""
+
+
+class InvalidParameter(CoreError):
+    """A parameter value of the wrong type or range."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gpusched.core.errors import UnknownName
+from gpusched.core.errors import InvalidParameter, UnknownName
 
 __all__ = ["Params"]
 
@@ -91,6 +91,31 @@ class Params:
             if name not in known:
                 raise UnknownName("parameter", name, sorted(known))
         return replace(self, **values)
+
+    def with_setting(self, name: str, value: float | bool | str) -> Params:
+        """A copy with one parameter set from a control-topic value, converted to the
+        parameter's type (a tuple from comma-separated text); ``InvalidParameter`` says
+        what was wrong, ``UnknownName`` lists the names."""
+        defaults = {f.name: f.default for f in fields(self)}
+        if name not in defaults:
+            raise UnknownName("parameter", name, sorted(defaults))
+        kind = type(defaults[name])
+        try:
+            if kind is tuple:
+                converted: Any = tuple(p.strip() for p in str(value).split(","))
+            elif kind is bool:
+                if str(value).lower() not in ("true", "false", "1", "0"):
+                    raise ValueError("expected true or false")
+                converted = str(value).lower() in ("true", "1")
+            elif isinstance(value, bool):
+                raise ValueError(f"expected a {kind.__name__}")
+            else:
+                converted = kind(value)
+        except ValueError as exc:
+            raise InvalidParameter(f"parameter {name}: {value!r} is not valid: {exc}") from exc
+        if isinstance(converted, float | int) and not isinstance(converted, bool) and converted < 0:
+            raise InvalidParameter(f"parameter {name}: {value!r} must not be negative")
+        return replace(self, **{name: converted})
 
     def qos_rank(self, qos: str) -> int:
         """0 for the highest class."""

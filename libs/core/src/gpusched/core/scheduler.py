@@ -127,6 +127,25 @@ class Scheduler:
         self._dirty = True
         return job
 
+    def assume(self, job_id: str, allocations: tuple[Allocation, ...], now: float) -> None:
+        """A pending job was started elsewhere on ``allocations`` (a mirror of a backend, or a
+        decision replayed after a restart); InvalidDecision if they do not fit."""
+        job = self.jobs[job_id]
+        if job_id not in self.queue:
+            raise InvalidDecision(f"job {job_id} is not pending ({job.state})")
+        self._start(job, allocations, now, [])
+        self._dirty = True
+
+    def requeue(self, job_id: str, now: float) -> Job:
+        """A running job was preempted: release it and queue it again."""
+        job = self.running.pop(job_id)
+        self._stop(job, now)
+        job.state, job.pending_since = JobState.PENDING, now
+        job.preemptions += 1
+        self.queue.push(job, self.policy.key(job, self.ref_time))
+        self._dirty = True
+        return job
+
     # -- the cycle ----------------------------------------------------------------------
     def cycle(self, now: float, explain_pending: bool = False) -> CycleResult:
         """One scheduling cycle at time ``now``.
@@ -309,11 +328,7 @@ class Scheduler:
         state.release(job.job_id, allocs)  # _start takes it again, with bookkeeping
         state.commit()
         for victim in needed:
-            self.running.pop(victim.job_id)
-            self._stop(victim, now)
-            victim.state, victim.pending_since = JobState.PENDING, now
-            victim.preemptions += 1
-            self.queue.push(victim, self.policy.key(victim, self.ref_time))
+            self.requeue(victim.job_id, now)
             decisions.append(Preempt(victim.job_id, f"for {job.job_id} ({self.policy.name})"))
         self._start(job, allocs, now, decisions)
         self._victims = None

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpusched.api.service_commands import collect, process, sink
+from gpusched.api.sql_command import sql
 from gpusched.core import CoreError
 from gpusched.sim import SimError, replay
 from gpusched.sim.report import write_report
@@ -45,6 +47,12 @@ def _cell(value: object, fmt: str) -> str:
 @app.callback()
 def main() -> None:
     """gpusched command line."""
+
+
+app.command("collect")(collect)
+app.command("process")(process)
+app.command("sink")(sink)
+app.command("sql")(sql)
 
 
 @app.command("replay")

@@ -21,6 +21,7 @@ _MEMORY_MIB = {"T4": 15_360, "A10": 23_028, "A100": 81_920, "H100": 81_559, "H20
 _MAX_SM_MHZ = {"T4": 1_590, "A10": 1_695, "A100": 1_410, "H100": 1_980, "H200": 1_980}
 _IDLE_SM_MHZ = 210.0
 _AMBIENT_C, _HOT_C = 30.0, 75.0
+_UNNAMED_MODEL = "unknown"  # traces that do not name the GPU model (tiresias_16x4)
 
 
 class SimulatedSource:
@@ -64,7 +65,7 @@ class SimulatedSource:
                         gpu_uuid=f"SIM-{node.node_id}-{index}",
                         node_id=node.node_id,
                         gpu_index=index,
-                        gpu_model=node.gpu_model,
+                        gpu_model=node.gpu_model or _UNNAMED_MODEL,
                         utilization_pct=round(100.0 * load, 1),
                         memory_used_mib=round(memory * load * 0.9, 0),
                         memory_total_mib=memory,

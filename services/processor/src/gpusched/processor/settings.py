@@ -2,14 +2,52 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from pydantic import Field, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from gpusched.contracts import KafkaSettings
+from gpusched.core import POLICIES
 
 __all__ = ["ProcessorSettings"]
 
 
+def _default_data_dir() -> Path:
+    return Path("var") / "processor"
+
+
 class ProcessorSettings(KafkaSettings):
-    """The processor's settings; its own fields arrive with the issue that builds it."""
+    """The Faust worker: which policy scores jobs, how often, and when a GPU is stale."""
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
+
+    processor_app_id: str = Field(
+        default="gpusched-processor",
+        description="Faust app id (consumer group, changelog topic names); the topic prefix "
+        "is put in front",
+    )
+    processor_policy: str = Field(default="dynamic", description="policy whose priorities it publishes")
+    processor_priority_interval_s: float = Field(
+        default=5.0, gt=0, description="priorities are recomputed at least this often"
+    )
+    processor_min_recompute_s: float = Field(
+        default=0.25, ge=0, description="least time between two recomputations on job events"
+    )
+    processor_stale_after_s: float = Field(
+        default=30.0, gt=0, description="a GPU with no sample for this long is stale"
+    )
+    processor_flush_s: float = Field(
+        default=0.2, gt=0, description="longest wait for a telemetry batch before the view is published"
+    )
+    processor_data_dir: Path = Field(
+        default_factory=_default_data_dir, description="Faust's data directory"
+    )
+
+    @field_validator("processor_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        if value not in POLICIES or value == "srpt-oracle":
+            accepted = ", ".join(p for p in sorted(POLICIES) if p != "srpt-oracle")
+            raise ValueError(f"unknown policy {value!r}; accepted: {accepted}")
+        return value

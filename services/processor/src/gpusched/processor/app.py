@@ -1,0 +1,285 @@
+"""The processor: a Faust app that keeps the live view and job table and publishes priorities.
+
+State lives in three Faust tables, each backed by a changelog topic, so a restarted worker
+recovers it: ``jobs`` (JobRecord by job id, co-partitioned with the jobs topic), ``nodes``
+(NodeRecord by node id) and ``params`` (control values by name).
+
+Job events and control parameters arrive through Faust agents. Telemetry arrives through a
+batched consumer that the app runs as a Faust task: Faust's per-event stream path measured
+~14,000 samples/s on the project machines (2 cores, broker included) against a target of
+20,000, while a batched consumer decodes ~130,000/s. The task writes each changed node to
+the ``nodes`` table once per batch (``use_partitioner``: partitioned by node id), publishes
+its NodeView, and commits the telemetry offsets only after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError
+
+from gpusched.contracts import (
+    ContractError,
+    ControlParameter,
+    GpuTelemetrySample,
+    JobEvent,
+    decode,
+    dead_letter,
+    encode,
+)
+from gpusched.contracts.topics import CONTROL, JOBS, PRIORITIES, TELEMETRY, VIEW, Topic
+from gpusched.core import CoreError, Params
+from gpusched.processor.priorities import compute_priorities
+from gpusched.processor.records import JobRecord, NodeRecord, fold_job
+from gpusched.processor.settings import ProcessorSettings
+from gpusched.processor.view import LiveView
+
+__all__ = ["Processor"]
+
+log = logging.getLogger(__name__)
+
+_TABLE_PARTITIONS = 3  # the jobs topic's partitions: the jobs table is co-partitioned with it
+
+
+class Processor:
+    """Builds the Faust app for ``settings``; ``app`` is what a Faust worker runs."""
+
+    def __init__(self, settings: ProcessorSettings) -> None:
+        self.settings = settings
+        prefix = settings.topic_prefix
+        self.prefix = prefix
+        self.app = faust.App(
+            f"{prefix}{settings.processor_app_id}",
+            broker=f"kafka://{settings.kafka_bootstrap_servers}",
+            store="memory://",
+            datadir=str(settings.processor_data_dir / f"{prefix}{settings.processor_app_id}"),
+            topic_partitions=_TABLE_PARTITIONS,
+            key_serializer="json",  # the tables' changelogs; the contract topics are raw bytes
+            value_serializer="json",
+            web_enabled=False,
+            broker_session_timeout=6.0,  # a killed worker's partitions move on within seconds
+            broker_heartbeat_interval=2.0,
+            producer_linger=0.005,
+        )
+        app = self.app
+        self.jobs = app.Table("jobs", partitions=_TABLE_PARTITIONS)
+        self.nodes = app.Table(
+            "nodes", partitions=_TABLE_PARTITIONS, use_partitioner=True
+        )
+        self.params_table = app.Table("params", partitions=1)
+        self.view = LiveView(settings.processor_stale_after_s)
+        self.records: dict[str, JobRecord] = {}
+        self.params = Params()
+        self.allocated: dict[str, float] = {}
+        self.epoch = 0
+        self.published: dict[str, tuple[float, str | None]] = {}
+        self._wanted = asyncio.Event()
+        self._out = {t.base: self._topic(t.name(prefix)) for t in (VIEW, PRIORITIES)}
+        self._dlq = {t.base: self._topic(t.dlq(prefix)) for t in (TELEMETRY, JOBS, CONTROL)}
+        app.agent(self._topic(JOBS.name(prefix)), name="jobs")(self._on_jobs)
+        app.agent(self._topic(CONTROL.name(prefix)), name="control")(self._on_control)
+        app.task(self._restore)
+        app.task(self._telemetry)
+        app.task(self._priorities)
+        app.timer(1.0)(self._stale_check)
+
+    def _topic(self, name: str) -> Any:
+        return self.app.topic(name, key_serializer="raw", value_serializer="raw")
+
+    # -- recovery -----------------------------------------------------------------------
+    async def _recovered(self) -> None:
+        await self.app.tables.recovery.completed.wait()
+
+    async def _restore(self) -> None:
+        """Load the in-memory caches from the recovered tables."""
+        await self._recovered()
+        for key, value in self.params_table.items():
+            self._set_param(_text(key), value)
+        for value in self.nodes.values():
+            self.view.load(NodeRecord.model_validate(value))
+        for value in self.jobs.values():
+            record = JobRecord.model_validate(value)
+            self.records[record.job_id] = record
+        log.info(
+            "recovered %d jobs, %d nodes, %d parameters",
+            len(self.records),
+            len(self.view.nodes),
+            len(self.params_table),
+        )
+        self._wanted.set()
+
+    # -- jobs and control ---------------------------------------------------------------
+    async def _on_jobs(self, stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                job_event = decode(JobEvent, event.value)
+            except ContractError as exc:
+                await self._dead_letter(JOBS, event, exc)
+                continue
+            stored = self.jobs.get(job_event.job_id)
+            before = JobRecord.model_validate(stored) if stored is not None else None
+            after = fold_job(before, job_event)
+            if after is not None and after != before:
+                self.jobs[job_event.job_id] = after.model_dump(mode="json")
+                self.records[after.job_id] = after
+                self._wanted.set()
+
+    async def _on_control(self, stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                parameter = decode(ControlParameter, event.value)
+                self._set_param(parameter.name, parameter.value)
+            except (ContractError, CoreError) as exc:
+                await self._dead_letter(CONTROL, event, exc)
+                continue
+            self.params_table[parameter.name] = parameter.value
+            log.info("parameter %s = %r (by %s)", parameter.name, parameter.value, parameter.set_by)
+            self._wanted.set()
+
+    def _set_param(self, name: str, value: float | bool | str) -> None:
+        self.params = self.params.with_setting(name, value)
+
+    async def _dead_letter(self, topic: Topic, event: Any, error: Exception) -> None:
+        message = event.message
+        record = dead_letter(
+            message.topic,
+            event.value if isinstance(event.value, bytes) else b"",
+            error,
+            key=event.key if isinstance(event.key, bytes) else None,
+            partition=message.partition,
+            offset=message.offset,
+        )
+        log.warning("dead-lettered %s@%s: %s", message.topic, message.offset, error)
+        await self._dlq[topic.base].send(value=record.model_dump_json().encode())
+
+    # -- telemetry ----------------------------------------------------------------------
+    async def _telemetry(self) -> None:
+        await self._recovered()
+        prefix, s = self.prefix, self.settings
+        while True:
+            consumer = AIOKafkaConsumer(
+                TELEMETRY.name(prefix),
+                bootstrap_servers=s.kafka_bootstrap_servers,
+                group_id=f"{prefix}{s.processor_app_id}-telemetry",
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_partition_fetch_bytes=8 << 20,
+                session_timeout_ms=6_000,
+                heartbeat_interval_ms=2_000,
+            )
+            try:
+                await consumer.start()
+                while True:
+                    batches = await consumer.getmany(
+                        timeout_ms=int(s.processor_flush_s * 1000), max_records=20_000
+                    )
+                    if batches:
+                        await self._ingest(batches)
+                        await consumer.commit()
+            except (KafkaError, OSError) as exc:
+                log.warning("telemetry consumer lost the broker (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+            finally:
+                await consumer.stop()
+
+    async def _ingest(self, batches: dict[Any, list[Any]]) -> None:
+        dlq = self._dlq[TELEMETRY.base]
+        for records in batches.values():
+            for record in records:
+                try:
+                    sample = decode(GpuTelemetrySample, record.value or b"")
+                except ContractError as exc:
+                    dead = dead_letter(
+                        record.topic,
+                        record.value or b"",
+                        exc,
+                        key=record.key,
+                        partition=record.partition,
+                        offset=record.offset,
+                    )
+                    await dlq.send(value=dead.model_dump_json().encode())
+                    continue
+                self.view.observe(sample)
+        await self._publish_views([n.node_id for n in self._persist_dirty()])
+
+    def _persist_dirty(self) -> list[NodeRecord]:
+        changed = self.view.take_dirty()
+        for node in changed:
+            self.nodes[node.node_id] = node.model_dump(mode="json")
+        return changed
+
+    async def _publish_views(self, node_ids: list[str]) -> None:
+        now = time.time()
+        topic = self._out[VIEW.base]
+        for node_id in node_ids:
+            view = self.view.node_view(node_id, now, self.allocated.get(node_id, 0.0))
+            await topic.send(key=node_id.encode(), value=encode(view))
+        await self.app.producer.flush()
+
+    async def _stale_check(self) -> None:
+        changed = self.view.newly_stale(time.time())
+        if changed:
+            await self._publish_views(changed)
+            self._wanted.set()
+
+    # -- priorities ---------------------------------------------------------------------
+    async def _priorities(self) -> None:
+        """Recompute when something changed (at most every min_recompute_s) and on a timer."""
+        await self._recovered()
+        s = self.settings
+        while True:
+            try:
+                await asyncio.wait_for(self._wanted.wait(), s.processor_priority_interval_s)
+            except TimeoutError:
+                pass
+            self._wanted.clear()
+            started = time.monotonic()
+            await self.publish_priorities()
+            await asyncio.sleep(max(s.processor_min_recompute_s - (time.monotonic() - started), 0))
+
+    async def publish_priorities(self) -> int:
+        """Compute every job's priority now and publish those that changed."""
+        self.epoch += 1
+        result = compute_priorities(
+            self.records.values(),
+            self.view.nodes.values(),
+            self.params,
+            self.settings.processor_policy,
+            time.time(),
+            self.epoch,
+        )
+        topic = self._out[PRIORITIES.base]
+        sent = 0
+        for update in result.updates:
+            seen = (round(update.score, 6), update.pending_reason)
+            if self.published.get(update.job_id) == seen:
+                continue
+            self.published[update.job_id] = seen
+            await topic.send(key=update.job_id.encode(), value=encode(update))
+            sent += 1
+        for job_id in [j for j, r in self.records.items() if r.state == "ended"]:
+            self.published.pop(job_id, None)
+        changed = [n for n, a in result.allocated.items() if self.allocated.get(n) != a]
+        self.allocated = result.allocated
+        if changed:
+            await self._publish_views(changed)
+        return sent
+
+
+def _text(key: bytes | str) -> str:
+    return key.decode() if isinstance(key, bytes) else key
+
+
+def run_worker(settings: ProcessorSettings, loglevel: str = "info") -> None:
+    """Run one Faust worker until it is stopped (SIGINT/SIGTERM)."""
+    from faust.worker import Worker
+
+    processor = Processor(settings)
+    Path(processor.app.conf.datadir).mkdir(parents=True, exist_ok=True)
+    Worker(processor.app, loglevel=loglevel, quiet=True).execute_from_commandline()

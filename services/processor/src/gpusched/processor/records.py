@@ -1,0 +1,113 @@
+"""What the processor keeps per job and per node, folded from events (stored in Faust tables).
+
+Records are plain JSON-able pydantic models so that a Faust table's changelog holds them
+and a restarted worker rebuilds the same state.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from gpusched.contracts import GpuTelemetrySample, JobEvent, JobEventType
+
+__all__ = ["GpuReading", "JobRecord", "NodeRecord", "fold_job"]
+
+_RUNS = (JobEventType.PLACED, JobEventType.RUNNING)
+_STOPS = (JobEventType.PREEMPTED, JobEventType.REQUEUED)
+_ENDS = (JobEventType.FINISHED, JobEventType.FAILED, JobEventType.CANCELLED)
+
+
+class JobRecord(BaseModel):
+    """A job's standing: request, owner, state and the service it has had so far."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str
+    tenant: str
+    priority_class: str
+    num_gpu: float
+    gpu_models: tuple[str, ...] = ()
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    submit_ts: float
+    state: str = "pending"  # pending | running | ended
+    run_start: float | None = None
+    node_ids: tuple[str, ...] = ()
+    gpu_indices: tuple[tuple[int, ...], ...] = ()
+    executed_s: float = 0.0
+    preemptions: int = 0
+    end_ts: float | None = None
+    last_event_ts: float = 0.0
+
+
+def fold_job(record: JobRecord | None, event: JobEvent) -> JobRecord | None:
+    """The record after ``event``; None for a lifecycle event of a job never submitted."""
+    ts = event.ts.timestamp()
+    if event.type is JobEventType.SUBMITTED:
+        if record is not None:
+            return record  # a replayed submission changes nothing
+        request = event.request
+        assert request is not None  # the contract requires it on 'submitted'
+        return JobRecord(
+            job_id=event.job_id,
+            tenant=event.tenant,
+            priority_class=event.priority_class,
+            num_gpu=request.num_gpu,
+            gpu_models=request.gpu_models,
+            cpu_milli=request.cpu_milli,
+            memory_mib=request.memory_mib,
+            submit_ts=ts,
+            last_event_ts=ts,
+        )
+    if record is None or record.state == "ended" or ts < record.last_event_ts:
+        return record
+    update: dict[str, object] = {"last_event_ts": ts}
+    if event.type in _RUNS:
+        if record.state != "running":
+            update["run_start"] = ts
+        update |= {"state": "running", "node_ids": event.node_ids, "gpu_indices": event.gpu_indices}
+    elif event.type in _STOPS or event.type in _ENDS:
+        if record.state == "running" and record.run_start is not None:
+            update["executed_s"] = record.executed_s + max(ts - record.run_start, 0.0)
+        update |= {"run_start": None, "node_ids": (), "gpu_indices": ()}
+        if event.type in _STOPS:
+            update |= {"state": "pending", "preemptions": record.preemptions + 1}
+        else:
+            update |= {"state": "ended", "end_ts": ts}
+    return record.model_copy(update=update)
+
+
+class GpuReading(BaseModel):
+    """The latest sample of one GPU, as much of it as the view needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu_index: int
+    ts: float
+    utilization_pct: float
+    power_w: float
+    ecc_uncorrected: int = 0
+
+
+class NodeRecord(BaseModel):
+    """The latest reading of every GPU of one node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node_id: str
+    gpu_model: str
+    gpus: dict[str, GpuReading] = {}
+
+    def observe(self, sample: GpuTelemetrySample) -> None:
+        """Keep ``sample`` if it is the newest of its GPU."""
+        ts = sample.ts.timestamp()
+        seen = self.gpus.get(sample.gpu_uuid)
+        if seen is not None and seen.ts > ts:
+            return
+        self.gpus[sample.gpu_uuid] = GpuReading(
+            gpu_index=sample.gpu_index,
+            ts=ts,
+            utilization_pct=sample.utilization_pct,
+            power_w=sample.power_w,
+            ecc_uncorrected=sample.ecc_uncorrected,
+        )

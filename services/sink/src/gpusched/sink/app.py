@@ -1,0 +1,45 @@
+"""The sink process: the consumer, and the SQL endpoint when it owns an embedded store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import uvicorn
+
+from gpusched.sink.consumer import Sink, SinkStats
+from gpusched.sink.settings import SinkSettings
+from gpusched.sink.sql import sql_app
+from gpusched.store import Store, StoreSettings
+
+__all__ = ["run_sink"]
+
+log = logging.getLogger(__name__)
+
+
+async def run_sink(
+    settings: SinkSettings, store_settings: StoreSettings, stop: asyncio.Event | None = None
+) -> SinkStats:
+    """Consume into the store until ``stop``; serve SQL on ``sink_sql_port`` (0: not)."""
+    stop = stop or asyncio.Event()
+    store = Store.open(store_settings)
+    lock = threading.Lock()
+    server = None
+    if settings.sink_sql_port:
+        config = uvicorn.Config(
+            sql_app(store, lock),
+            host=settings.sink_sql_host,
+            port=settings.sink_sql_port,
+            log_level="warning",
+        )
+        server = uvicorn.Server(config)
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        serving = asyncio.create_task(server.serve())
+        log.info("read-only SQL on http://%s:%d/sql", settings.sink_sql_host, settings.sink_sql_port)
+    try:
+        return await Sink(settings, store, lock).run(stop)
+    finally:
+        if server is not None:
+            server.should_exit = True
+            await serving

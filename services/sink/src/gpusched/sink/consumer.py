@@ -1,0 +1,136 @@
+"""Kafka → ClickHouse: every gpusched topic, in batches, committed only after the insert.
+
+A batch closes at ``sink_batch_max`` events or ``sink_flush_s`` seconds, whichever comes
+first. Messages that fail validation go to their topic's dead-letter topic (awaited) and
+are not inserted. The offsets are committed after the insert succeeds and the dead letters
+are acknowledged; a failed insert is retried, never skipped. A batch that is replayed
+after a crash writes rows with the same event ids, which the ReplacingMergeTree tables
+collapse (count with FINAL or by distinct event_id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from pydantic import BaseModel
+
+from gpusched.contracts import ContractError, DeadLetter, dead_letter, decode
+from gpusched.contracts.topics import TOPICS, topic_for
+from gpusched.sink.settings import SinkSettings
+from gpusched.store import Store
+
+__all__ = ["Sink", "SinkStats"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 2.0
+
+
+@dataclass
+class SinkStats:
+    inserted: dict[str, int] = field(default_factory=dict)
+    dead_lettered: int = 0
+    batches: int = 0
+
+
+class Sink:
+    """Consumes the topics of ``settings.topic_prefix`` into ``store``.
+
+    ``lock`` serialises use of the store's client, which the SQL endpoint shares.
+    """
+
+    def __init__(self, settings: SinkSettings, store: Store, lock: threading.Lock) -> None:
+        self.settings = settings
+        self.store = store
+        self.lock = lock
+        self.stats = SinkStats()
+        self.prefix = settings.topic_prefix
+
+    async def run(self, stop: asyncio.Event) -> SinkStats:
+        """Consume until ``stop`` is set; the batch in hand is inserted and committed first."""
+        s = self.settings
+        consumer = AIOKafkaConsumer(
+            *(t.name(self.prefix) for t in TOPICS),
+            bootstrap_servers=s.kafka_bootstrap_servers,
+            group_id=f"{self.prefix}{s.sink_group_id}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=8 << 20,
+            session_timeout_ms=6_000,
+            heartbeat_interval_ms=2_000,
+        )
+        producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap_servers, acks="all")
+        await consumer.start()
+        await producer.start()
+        try:
+            while not stop.is_set():
+                batch = await self._collect(consumer, stop)
+                if batch:
+                    await self._write(batch, producer)
+                    await consumer.commit()
+                    self.stats.batches += 1
+        finally:
+            await consumer.stop()
+            await producer.stop()
+        return self.stats
+
+    async def _collect(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> list[ConsumerRecord]:
+        s = self.settings
+        batch: list[ConsumerRecord] = []
+        deadline = time.monotonic() + s.sink_flush_s
+        while len(batch) < s.sink_batch_max and not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            got = await consumer.getmany(
+                timeout_ms=max(int(left * 1000), 1), max_records=s.sink_batch_max - len(batch)
+            )
+            for records in got.values():
+                batch.extend(records)
+        return batch
+
+    async def _write(self, batch: Sequence[ConsumerRecord], producer: AIOKafkaProducer) -> None:
+        events: list[BaseModel] = []
+        dead: list[tuple[str, DeadLetter]] = []
+        for record in batch:
+            topic = topic_for(record.topic, self.prefix)
+            try:
+                events.append(decode(topic.model, record.value or b""))
+            except ContractError as exc:
+                letter = dead_letter(
+                    record.topic,
+                    record.value or b"",
+                    exc,
+                    key=record.key,
+                    partition=record.partition,
+                    offset=record.offset,
+                )
+                dead.append((topic.dlq(self.prefix), letter))
+        if dead:
+            sent = [
+                await producer.send(name, letter.model_dump_json().encode())
+                for name, letter in dead
+            ]
+            await asyncio.gather(*sent)
+            self.stats.dead_lettered += len(dead)
+            log.warning("dead-lettered %d messages (last: %s)", len(dead), dead[-1][1].error)
+        while True:
+            try:
+                written = await asyncio.to_thread(self._insert, events)
+                break
+            except Exception as exc:  # the store's errors are many; the batch must not be lost
+                log.error("insert of %d events failed (%s); retrying in %.0f s", len(events), exc, _RETRY_S)
+                await asyncio.sleep(_RETRY_S)
+        for table, rows in written.items():
+            self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
+
+    def _insert(self, events: list[BaseModel]) -> dict[str, int]:
+        with self.lock:
+            return self.store.insert_events(events)
+
