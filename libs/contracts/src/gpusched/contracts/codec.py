@@ -23,9 +23,19 @@ from gpusched.contracts.errors import (
 )
 from gpusched.contracts.events import SCHEMA_VERSION
 
-__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "DeadLetter", "dead_letter", "decode", "encode"]
+__all__ = [
+    "DEAD_LETTER_KEEP_BYTES",
+    "DEFAULT_MAX_MESSAGE_BYTES",
+    "DeadLetter",
+    "dead_letter",
+    "decode",
+    "encode",
+]
 
 DEFAULT_MAX_MESSAGE_BYTES = 1_000_000
+# A dead letter keeps at most this much of the message, so that it fits a Kafka record
+# even when the message was rejected for its size.
+DEAD_LETTER_KEEP_BYTES = 256 * 1024
 
 E = TypeVar("E", bound=BaseModel)
 
@@ -71,7 +81,14 @@ class DeadLetter(BaseModel):
     partition: int | None = None
     offset: int | None = None
     key: str | None = None
-    value_b64: str = Field(description="the original message bytes, base64")
+    value_b64: str = Field(
+        description="the original message bytes, base64 (the first DEAD_LETTER_KEEP_BYTES "
+        "when truncated)"
+    )
+    value_size: int | None = Field(default=None, description="size of the original message")
+    truncated: bool = Field(
+        default=False, description="only the start of the message is kept (it was too large)"
+    )
     error_type: str
     error: str
     ts: datetime
@@ -87,13 +104,16 @@ def dead_letter(
     offset: int | None = None,
     now: datetime | None = None,
 ) -> DeadLetter:
-    """Build the dead-letter record for a rejected message; the original bytes are kept."""
+    """Build the dead-letter record for a rejected message; the original bytes are kept
+    (their first DEAD_LETTER_KEEP_BYTES when larger, flagged ``truncated``)."""
     return DeadLetter(
         topic=topic,
         partition=partition,
         offset=offset,
         key=key.decode(errors="replace") if key is not None else None,
-        value_b64=base64.b64encode(value).decode(),
+        value_b64=base64.b64encode(value[:DEAD_LETTER_KEEP_BYTES]).decode(),
+        value_size=len(value),
+        truncated=len(value) > DEAD_LETTER_KEEP_BYTES,
         error_type=type(error).__name__,
         error=str(error),
         ts=now or datetime.now(UTC),

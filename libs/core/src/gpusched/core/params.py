@@ -96,10 +96,10 @@ class Params:
         """A copy with one parameter set from a control-topic value, converted to the
         parameter's type (a tuple from comma-separated text); ``InvalidParameter`` says
         what was wrong, ``UnknownName`` lists the names."""
-        defaults = {f.name: f.default for f in fields(self)}
+        defaults: dict[str, Any] = {f.name: f.default for f in fields(self)}
         if name not in defaults:
             raise UnknownName("parameter", name, sorted(defaults))
-        kind = type(defaults[name])
+        kind: Any = type(defaults[name])
         try:
             if kind is tuple:
                 converted: Any = tuple(p.strip() for p in str(value).split(","))

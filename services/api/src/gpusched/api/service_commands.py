@@ -41,7 +41,9 @@ def _settings(kind: type[S], **overrides: Any) -> S:
 
 
 def _logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
 
 
 def _until_signal(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ log = logging.getLogger(__name__)
 
 # How long a stopping collector keeps trying to hand over what it still buffers.
 _FINAL_DRAIN_S = 30.0
+# How long a starting collector waits to learn which jobs hold which GPUs.
+_CATCH_UP_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -53,23 +56,35 @@ def build_source(settings: CollectorSettings, occupancy: Occupancy) -> NvmlSourc
     return NvmlSource(occupancy, settings.collector_interval_s, settings.collector_node_id)
 
 
-async def follow_jobs(bootstrap: str, topic: str, occupancy: Occupancy) -> None:
-    """Fold the jobs topic, from its start, into ``occupancy`` (runs until cancelled)."""
+async def follow_jobs(
+    bootstrap: str, topic: str, occupancy: Occupancy, caught_up: asyncio.Event
+) -> None:
+    """Fold the jobs topic, from its start, into ``occupancy``; set ``caught_up`` once what
+    was there at start is read (runs until cancelled)."""
     while True:
-        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            topic,
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )  # no group: every partition, from the start
         try:
             await consumer.start()
-            parts = await consumer.partitions_for_topic(topic) or set()
-            consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
-            await consumer.seek_to_beginning()
+            ends: dict[TopicPartition, int] | None = None
             while True:
-                batches = await consumer.getmany(timeout_ms=500)
+                batches = await consumer.getmany(timeout_ms=200)
                 for records in batches.values():
                     for record in records:
                         try:
                             occupancy.apply(decode(JobEvent, record.value or b""))
                         except ContractError:
                             continue  # the sink dead-letters it; here it only has no effect
+                if ends is None and consumer.assignment():
+                    ends = await consumer.end_offsets(list(consumer.assignment()))
+                if ends is not None and not caught_up.is_set():
+                    positions = {tp: await consumer.position(tp) for tp in ends}
+                    if all(positions[tp] >= end for tp, end in ends.items()):
+                        caught_up.set()
         except (KafkaError, OSError) as exc:
             log.warning("jobs topic unreachable (%s); retrying", exc.__class__.__name__)
             await asyncio.sleep(1.0)
@@ -88,7 +103,12 @@ async def run_collector(
     publisher = TelemetryPublisher(
         bootstrap, TELEMETRY.name(prefix), settings.collector_buffer_samples
     )
-    follower = asyncio.create_task(follow_jobs(bootstrap, JOBS.name(prefix), occupancy))
+    caught_up = asyncio.Event()
+    follower = asyncio.create_task(follow_jobs(bootstrap, JOBS.name(prefix), occupancy, caught_up))
+    try:  # start from what the backend says runs now, not from an empty cluster
+        await asyncio.wait_for(caught_up.wait(), _CATCH_UP_S)
+    except TimeoutError:
+        log.warning("jobs topic not read within %.0f s; GPUs read idle until it is", _CATCH_UP_S)
     interval, speed = settings.collector_interval_s, settings.collector_speed
     simulated = isinstance(source, SimulatedSource)
     start, wall0 = datetime.now(UTC), time.monotonic()
@@ -102,10 +122,8 @@ async def run_collector(
             rounds += 1
             delay = wall0 + rounds * interval / (speed if simulated else 1.0) - time.monotonic()
             if delay > 0:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
-                except TimeoutError:
-                    pass
         deadline = time.monotonic() + _FINAL_DRAIN_S
         while len(publisher) and time.monotonic() < deadline:
             if not await publisher.drain():

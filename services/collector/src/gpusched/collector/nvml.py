@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import socket
 from datetime import datetime
 from types import ModuleType
@@ -18,8 +19,7 @@ _MIB = 1024 * 1024
 
 def _optional(call: Any, *args: Any, default: Any) -> Any:
     """An NVML reading a board may not support (ECC, MIG): ``default`` when unsupported."""
-    import pynvml
-
+    pynvml = importlib.import_module("pynvml")
     try:
         return call(*args)
     except pynvml.NVMLError:
@@ -41,9 +41,8 @@ class NvmlSource:
         node_id: str | None = None,
         nvml: ModuleType | None = None,
     ) -> None:
-        if nvml is None:
-            import pynvml as nvml
-        self.nvml = nvml
+        self.nvml: Any = nvml if nvml is not None else importlib.import_module("pynvml")
+        nvml = self.nvml
         try:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:

@@ -26,9 +26,7 @@ log = logging.getLogger(__name__)
 class TelemetryPublisher:
     """Buffer and send samples keyed by GPU UUID."""
 
-    def __init__(
-        self, bootstrap: str, topic: str, capacity: int, batch_size: int = 5_000
-    ) -> None:
+    def __init__(self, bootstrap: str, topic: str, capacity: int, batch_size: int = 5_000) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
         self.capacity = capacity

@@ -15,6 +15,7 @@ its NodeView, and commits the telemetry offsets only after that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -29,8 +30,8 @@ from gpusched.contracts import (
     ControlParameter,
     GpuTelemetrySample,
     JobEvent,
-    decode,
     dead_letter,
+    decode,
     encode,
 )
 from gpusched.contracts.topics import CONTROL, JOBS, PRIORITIES, TELEMETRY, VIEW, Topic
@@ -69,9 +70,7 @@ class Processor:
         )
         app = self.app
         self.jobs = app.Table("jobs", partitions=_TABLE_PARTITIONS)
-        self.nodes = app.Table(
-            "nodes", partitions=_TABLE_PARTITIONS, use_partitioner=True
-        )
+        self.nodes = app.Table("nodes", partitions=_TABLE_PARTITIONS, use_partitioner=True)
         self.params_table = app.Table("params", partitions=1)
         self.view = LiveView(settings.processor_stale_after_s)
         self.records: dict[str, JobRecord] = {}
@@ -94,7 +93,8 @@ class Processor:
 
     # -- recovery -----------------------------------------------------------------------
     async def _recovered(self) -> None:
-        await self.app.tables.recovery.completed.wait()
+        tables: Any = self.app.tables  # the TableManager's recovery is not in its type
+        await tables.recovery.completed.wait()
 
     async def _restore(self) -> None:
         """Load the in-memory caches from the recovered tables."""
@@ -234,10 +234,8 @@ class Processor:
         await self._recovered()
         s = self.settings
         while True:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wanted.wait(), s.processor_priority_interval_s)
-            except TimeoutError:
-                pass
             self._wanted.clear()
             started = time.monotonic()
             await self.publish_priorities()

@@ -76,11 +76,10 @@ def compute_priorities(
     epoch: int,
 ) -> PriorityResult:
     """A PriorityUpdate for every pending and running job at ``now``."""
-    specs = [
-        NodeSpec(n.node_id, n.gpu_model, len(n.gpus), _UNLIMITED, _UNLIMITED) for n in nodes
-    ]
+    specs = [NodeSpec(n.node_id, n.gpu_model, len(n.gpus), _UNLIMITED, _UNLIMITED) for n in nodes]
     scheduler = Scheduler(specs, make_policy(policy), make_placement("bestfit"), params)
-    ended, live = [], []
+    ended: list[JobRecord] = []
+    live: list[JobRecord] = []
     for record in records:
         (ended if record.state == "ended" else live).append(record)
     for record in sorted(ended, key=lambda r: r.end_ts or 0.0):

@@ -27,7 +27,9 @@ class ProcessorSettings(KafkaSettings):
         description="Faust app id (consumer group, changelog topic names); the topic prefix "
         "is put in front",
     )
-    processor_policy: str = Field(default="dynamic", description="policy whose priorities it publishes")
+    processor_policy: str = Field(
+        default="dynamic", description="policy whose priorities it publishes"
+    )
     processor_priority_interval_s: float = Field(
         default=5.0, gt=0, description="priorities are recomputed at least this often"
     )
@@ -38,7 +40,9 @@ class ProcessorSettings(KafkaSettings):
         default=30.0, gt=0, description="a GPU with no sample for this long is stale"
     )
     processor_flush_s: float = Field(
-        default=0.2, gt=0, description="longest wait for a telemetry batch before the view is published"
+        default=0.2,
+        gt=0,
+        description="longest wait for a telemetry batch before the view is published",
     )
     processor_data_dir: Path = Field(
         default_factory=_default_data_dir, description="Faust's data directory"

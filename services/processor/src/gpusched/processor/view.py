@@ -49,9 +49,7 @@ class LiveView:
         return changed
 
     def stale_gpus(self, node: NodeRecord, now: float) -> tuple[str, ...]:
-        return tuple(
-            sorted(u for u, g in node.gpus.items() if now - g.ts > self.stale_after_s)
-        )
+        return tuple(sorted(u for u, g in node.gpus.items() if now - g.ts > self.stale_after_s))
 
     def node_view(self, node_id: str, now: float, allocated: float) -> NodeView:
         """The NodeView of one node at ``now``: stale or erroring GPUs are not allocatable."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 
 import uvicorn
 
@@ -16,6 +18,15 @@ from gpusched.store import Store, StoreSettings
 __all__ = ["run_sink"]
 
 log = logging.getLogger(__name__)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn inside the sink's event loop: the sink handles SIGINT/SIGTERM itself and
+    stops the server after its last batch is committed."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 async def run_sink(
@@ -33,10 +44,11 @@ async def run_sink(
             port=settings.sink_sql_port,
             log_level="warning",
         )
-        server = uvicorn.Server(config)
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        server = _Server(config)
         serving = asyncio.create_task(server.serve())
-        log.info("read-only SQL on http://%s:%d/sql", settings.sink_sql_host, settings.sink_sql_port)
+        log.info(
+            "read-only SQL on http://%s:%d/sql", settings.sink_sql_host, settings.sink_sql_port
+        )
     try:
         return await Sink(settings, store, lock).run(stop)
     finally:

@@ -80,7 +80,9 @@ class Sink:
             await producer.stop()
         return self.stats
 
-    async def _collect(self, consumer: AIOKafkaConsumer, stop: asyncio.Event) -> list[ConsumerRecord]:
+    async def _collect(
+        self, consumer: AIOKafkaConsumer, stop: asyncio.Event
+    ) -> list[ConsumerRecord]:
         s = self.settings
         batch: list[ConsumerRecord] = []
         deadline = time.monotonic() + s.sink_flush_s
@@ -125,7 +127,12 @@ class Sink:
                 written = await asyncio.to_thread(self._insert, events)
                 break
             except Exception as exc:  # the store's errors are many; the batch must not be lost
-                log.error("insert of %d events failed (%s); retrying in %.0f s", len(events), exc, _RETRY_S)
+                log.error(
+                    "insert of %d events failed (%s); retrying in %.0f s",
+                    len(events),
+                    exc,
+                    _RETRY_S,
+                )
                 await asyncio.sleep(_RETRY_S)
         for table, rows in written.items():
             self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
@@ -133,4 +140,3 @@ class Sink:
     def _insert(self, events: list[BaseModel]) -> dict[str, int]:
         with self.lock:
             return self.store.insert_events(events)
-

@@ -22,7 +22,9 @@ class SinkSettings(KafkaSettings):
     sink_flush_s: float = Field(
         default=1.0, gt=0, description="longest time an event waits before its batch is inserted"
     )
-    sink_sql_host: str = Field(default="127.0.0.1", description="address of the read-only SQL endpoint")
+    sink_sql_host: str = Field(
+        default="127.0.0.1", description="address of the read-only SQL endpoint"
+    )
     sink_sql_port: int = Field(
         default=18123, ge=0, le=65535, description="port of the read-only SQL endpoint (0: off)"
     )

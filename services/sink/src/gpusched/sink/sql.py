@@ -28,9 +28,7 @@ def sql_app(store: Store, lock: threading.Lock) -> FastAPI:
 
     def run(sql: str) -> dict[str, Any]:
         with lock:
-            result = store.client.query(
-                sql, settings={"readonly": 1, "max_result_rows": _MAX_ROWS}
-            )
+            result = store.client.query(sql, settings={"readonly": 1, "max_result_rows": _MAX_ROWS})
         return {
             "columns": list(result.column_names),
             "types": [t.name for t in result.column_types],

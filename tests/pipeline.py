@@ -1,0 +1,152 @@
+"""Running the pipeline's services as real processes in tests, and querying what they wrote."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from aiokafka import AIOKafkaProducer
+
+__all__ = ["Pipeline", "free_port", "produce", "write_cluster"]
+
+GPUSCHED = Path(sys.executable).parent / "gpusched"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_cluster(path: Path, nodes: int, gpus_per_node: int, model: str = "V100") -> Path:
+    lines = ["node_id,gpu_type,num_gpu,cpu_milli,memory_mib"]
+    lines += [f"n{i:04d},{model},{gpus_per_node},96000,786432" for i in range(nodes)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+async def _produce(bootstrap: str, messages: Iterable[tuple[str, bytes | None, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=2_000_000)
+    await producer.start()
+    try:
+        for topic, key, value in messages:
+            await producer.send(topic, value, key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def produce(bootstrap: str, messages: Iterable[tuple[str, bytes | None, bytes]]) -> None:
+    """Send raw messages (topic, key, value) and wait until the broker has them."""
+    asyncio.run(_produce(bootstrap, list(messages)))
+
+
+@dataclass
+class Pipeline:
+    """The services of one test: same broker, topic prefix, store and SQL port."""
+
+    bootstrap: str
+    prefix: str
+    workdir: Path
+    sql_port: int = field(default_factory=free_port)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+            "GPUSCHED_TOPIC_PREFIX": self.prefix,
+            "GPUSCHED_STORE_DSN": f"chdb://{self.workdir / 'clickhouse'}",
+            "GPUSCHED_SINK_SQL_PORT": str(self.sql_port),
+            "GPUSCHED_SINK_SQL_URL": f"http://127.0.0.1:{self.sql_port}",
+            "GPUSCHED_SINK_FLUSH_S": "0.5",
+            "GPUSCHED_PROCESSOR_DATA_DIR": str(self.workdir / "processor"),
+            "GPUSCHED_PROCESSOR_PRIORITY_INTERVAL_S": "1",
+        }
+
+    def start(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        """Start ``gpusched <name> <args>``; its output goes to <workdir>/<name>.log."""
+        log = (self.workdir / f"{name}.log").open("ab")
+        proc = subprocess.Popen(
+            [str(GPUSCHED), name, *args],
+            env={**self.env, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def run(self, name: str, *args: str, timeout: float = 120, **env: str) -> str:
+        """Run ``gpusched <name> <args>`` to completion; its output (raises if it failed)."""
+        done = subprocess.run(
+            [str(GPUSCHED), name, *args],
+            env={**self.env, **env},
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        out = done.stdout.decode() + done.stderr.decode()
+        assert done.returncode == 0, f"gpusched {name} failed ({done.returncode}):\n{out}"
+        return out
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a service (a crash: nothing is flushed)."""
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        for proc in list(self.procs.values()):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for name, proc in list(self.procs.items()):
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            del self.procs[name]
+
+    def alive(self) -> list[str]:
+        return [n for n, p in self.procs.items() if p.poll() is None]
+
+    def log(self, name: str) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def sql(self, query: str) -> list[list[Any]]:
+        """Rows of a query through the sink's SQL endpoint."""
+        response = httpx.post(
+            f"http://127.0.0.1:{self.sql_port}/sql", content=query.encode(), timeout=60
+        )
+        assert response.status_code == 200, response.text
+        rows: list[list[Any]] = response.json()["rows"]
+        return rows
+
+    def scalar(self, query: str) -> Any:
+        return self.sql(query)[0][0]
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
+        """Poll ``check`` until true; fail naming ``what`` and the services' log tails."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except (httpx.HTTPError, AssertionError):
+                pass
+            time.sleep(0.5)
+        tails = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in ("sink", "process"))
+        raise AssertionError(f"timed out waiting for {what}\n{tails}")
