@@ -28,9 +28,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_cluster(path: Path, nodes: int, gpus_per_node: int, model: str = "V100") -> Path:
+def write_cluster(
+    path: Path, nodes: int, gpus_per_node: int, model: str = "V100", name: str = "n"
+) -> Path:
     lines = ["node_id,gpu_type,num_gpu,cpu_milli,memory_mib"]
-    lines += [f"n{i:04d},{model},{gpus_per_node},96000,786432" for i in range(nodes)]
+    lines += [f"{name}{i:04d},{model},{gpus_per_node},96000,786432" for i in range(nodes)]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -126,13 +128,18 @@ class Pipeline:
         path = self.workdir / f"{name}.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def sql(self, query: str) -> list[list[Any]]:
-        """Rows of a query through the sink's SQL endpoint."""
+    def sql_answer(self, query: str) -> dict[str, Any]:
+        """The sink SQL endpoint's answer: columns, types, rows."""
         response = httpx.post(
             f"http://127.0.0.1:{self.sql_port}/sql", content=query.encode(), timeout=60
         )
         assert response.status_code == 200, response.text
-        rows: list[list[Any]] = response.json()["rows"]
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    def sql(self, query: str) -> list[list[Any]]:
+        """Rows of a query through the sink's SQL endpoint."""
+        rows: list[list[Any]] = self.sql_answer(query)["rows"]
         return rows
 
     def scalar(self, query: str) -> Any:

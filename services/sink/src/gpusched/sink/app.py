@@ -13,7 +13,7 @@ import uvicorn
 from gpusched.sink.consumer import Sink, SinkStats
 from gpusched.sink.settings import SinkSettings
 from gpusched.sink.sql import sql_app
-from gpusched.store import Store, StoreSettings
+from gpusched.store import Store, StoreSettings, connect
 
 __all__ = ["run_sink"]
 
@@ -39,7 +39,7 @@ async def run_sink(
     server = None
     if settings.sink_sql_port:
         config = uvicorn.Config(
-            sql_app(store, lock),
+            sql_app(connect(store_settings.dsn, store_settings.database), lock),
             host=settings.sink_sql_host,
             port=settings.sink_sql_port,
             log_level="warning",

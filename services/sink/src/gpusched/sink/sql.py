@@ -1,9 +1,11 @@
 """Read-only SQL over HTTP on the sink's store (the embedded engine allows one process).
 
 ``POST /sql`` with the query as the body (or ``GET /sql?query=...``) answers
-``{"columns": [...], "types": [...], "rows": [[...], ...]}``. Queries run with ClickHouse's
-``readonly=1``: anything that would write, or read files, is refused with 400 and
-ClickHouse's message.
+``{"columns": [...], "types": [...], "rows": [[...], ...]}``. Queries run on a client of
+their own with ClickHouse's ``readonly=1``: anything that would write, or read files, is
+refused with 400 and ClickHouse's message. A client of its own because the embedded engine
+keeps query settings in the client's session: on the sink's writing client, ``readonly``
+would stay and refuse its next insert.
 """
 
 from __future__ import annotations
@@ -12,23 +14,20 @@ import asyncio
 import threading
 from typing import Annotated, Any
 
+from clickhouse_connect.driver.client import Client
 from fastapi import Body, FastAPI, HTTPException, Query
 from fastapi.encoders import jsonable_encoder
 
-from gpusched.store import Store
-
 __all__ = ["sql_app"]
 
-_MAX_ROWS = 100_000
 
-
-def sql_app(store: Store, lock: threading.Lock) -> FastAPI:
-    """The FastAPI app that serves ``store`` read-only."""
+def sql_app(reader: Client, lock: threading.Lock) -> FastAPI:
+    """The FastAPI app that answers queries through ``reader`` (a client used only here)."""
     app = FastAPI(title="gpusched sink SQL", version="1")
 
     def run(sql: str) -> dict[str, Any]:
         with lock:
-            result = store.client.query(sql, settings={"readonly": 1, "max_result_rows": _MAX_ROWS})
+            result = reader.query(sql, settings={"readonly": 1})
         return {
             "columns": list(result.column_names),
             "types": [t.name for t in result.column_types],
