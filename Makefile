@@ -30,7 +30,7 @@ test-unit: install ## Only the fast unit tests (no broker)
 
 .PHONY: bench
 bench: install ## Run every benchmark; writes .bench/results.json (flat name: number)
-	$(RUN) python bench/run.py --out .bench/results.json
+	PYTHONPATH=infra/kafka $(RUN) python bench/run.py --out .bench/results.json
 
 TRACES ?= ../shared/traces
 REPLAY := $(RUN) gpusched replay

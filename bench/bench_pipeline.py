@@ -1,0 +1,184 @@
+"""Streaming pipeline throughput and latency on the real local broker.
+
+- ``processor_samples_per_s`` / ``sink_samples_per_s``: 200,000 samples (10,000 GPUs x 20
+  rounds) are put on the telemetry topic first; then one processor worker (one Faust
+  worker) and one sink drain them. The rate is read from each consumer group's committed
+  offsets, from its first commit to its last, so start-up is not counted.
+- ``..._vs_raw_consume_ratio``: against a bare aiokafka consumer that only decodes the same
+  messages, measured in the same run.
+- ``telemetry_to_priority_p99_s``: a simulated collector at 10,000 GPUs x 1 Hz for 20 s, with
+  the processor running; for every NodeView received, receive time minus the newest sample
+  it reflects (``last_seen``, stamped when the sample was read). p50 too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
+
+from gpusched.contracts import GpuTelemetrySample, NodeView, decode, encode
+from gpusched.contracts.topics import TELEMETRY, VIEW
+from local_broker import LocalBroker, ensure_topics, external_bootstrap
+from samples import telemetry_samples
+
+GPUS, ROUNDS = 10_000, 20
+GPUSCHED = Path(sys.executable).parent / "gpusched"
+
+
+async def _produce(bootstrap: str, topic: str, payloads: list[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20)
+    await producer.start()
+    for key, value in payloads:
+        await producer.send(topic, value, key=key)
+    await producer.flush()
+    await producer.stop()
+
+
+async def _raw_rate(bootstrap: str, topic: str, total: int) -> float:
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=f"raw-{uuid.uuid4().hex[:6]}",
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+    )
+    await consumer.start()
+    seen, start = 0, 0.0
+    while seen < total:
+        for records in (await consumer.getmany(timeout_ms=500, max_records=20_000)).values():
+            start = start or time.perf_counter()
+            for record in records:
+                decode(GpuTelemetrySample, record.value or b"")
+            seen += len(records)
+    rate = total / (time.perf_counter() - start)
+    await consumer.stop()
+    return rate
+
+
+async def _group_rate(bootstrap: str, group: str, topic: str, total: int) -> float:
+    """Samples per second between a group's first and last commit on ``topic``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    first: tuple[float, int] | None = None
+    deadline = time.monotonic() + 600
+    try:
+        while time.monotonic() < deadline:
+            offsets = await admin.list_consumer_group_offsets(group)
+            done = sum(o.offset for tp, o in offsets.items() if tp.topic == topic and o.offset > 0)
+            now = time.perf_counter()
+            if done and first is None:
+                first = (now, done)
+            if done >= total and first is not None:
+                return (done - first[1]) / (now - first[0])
+            await asyncio.sleep(0.05)
+        raise RuntimeError(f"{group} did not finish {total} samples")
+    finally:
+        await admin.close()
+
+
+def _start(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [str(GPUSCHED), command],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def _latencies(bootstrap: str, topic: str, seconds: float) -> list[float]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="latest")
+    await consumer.start()
+    found: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for records in (await consumer.getmany(timeout_ms=200)).values():
+            now = time.time()
+            for record in records:
+                view = decode(NodeView, record.value or b"")
+                if view.last_seen is not None:
+                    found.append(now - view.last_seen.timestamp())
+    await consumer.stop()
+    return found
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+
+
+def run() -> dict[str, float]:
+    broker = None
+    bootstrap = external_bootstrap()
+    if not bootstrap:
+        broker = LocalBroker()
+        started = broker.up()
+        bootstrap = broker.bootstrap
+    prefix = f"b{uuid.uuid4().hex[:8]}."
+    ensure_topics(bootstrap, prefix)
+    topic = TELEMETRY.name(prefix)
+    total = GPUS * ROUNDS
+    payloads = [(s.gpu_uuid.encode(), encode(s)) for s in telemetry_samples(total, gpus=GPUS)]
+    asyncio.run(_produce(bootstrap, topic, payloads))
+    raw = asyncio.run(_raw_rate(bootstrap, topic, total))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        env = {
+            **os.environ,
+            "KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+            "GPUSCHED_TOPIC_PREFIX": prefix,
+            "GPUSCHED_STORE_DSN": f"chdb://{work / 'ch'}",
+            "GPUSCHED_SINK_SQL_PORT": "0",
+            "GPUSCHED_PROCESSOR_DATA_DIR": str(work / "proc"),
+        }
+        processor = _start("process", env, work / "process.log")
+        try:
+            proc_rate = asyncio.run(
+                _group_rate(bootstrap, f"{prefix}gpusched-processor-telemetry", topic, total)
+            )
+            cluster = work / "c.cluster.csv"
+            rows = [f"n{i:05d},V100,8,96000,786432" for i in range(GPUS // 8)]
+            cluster.write_text("node_id,gpu_type,num_gpu,cpu_milli,memory_mib\n" + "\n".join(rows))
+            collector = subprocess.Popen(
+                [str(GPUSCHED), "collect", "--source", "simulated", "--cluster", str(cluster),
+                 "--rounds", "25", "--interval", "1", "--speed", "1"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            latencies = asyncio.run(_latencies(bootstrap, VIEW.name(prefix), 20.0))
+            collector.wait(timeout=120)
+        finally:
+            _stop(processor)
+        sink = _start("sink", env, work / "sink.log")
+        try:
+            sink_rate = asyncio.run(_group_rate(bootstrap, f"{prefix}gpusched-sink", topic, total))
+        finally:
+            _stop(sink)
+    if broker is not None and started:
+        broker.down()
+    return {
+        "processor_samples_per_s": proc_rate,
+        "sink_samples_per_s": sink_rate,
+        "raw_consume_decode_samples_per_s": raw,
+        "processor_vs_raw_consume_ratio": proc_rate / raw,
+        "sink_vs_raw_consume_ratio": sink_rate / raw,
+        "telemetry_to_priority_p50_s": _quantile(latencies, 0.5),
+        "telemetry_to_priority_p99_s": _quantile(latencies, 0.99),
+    }
