@@ -79,7 +79,7 @@ async def _group_rate(bootstrap: str, group: str, topic: str, total: int) -> flo
             if done and first is None:
                 first = (now, done)
             if done >= total and first is not None:
-                return (done - first[1]) / (now - first[0])
+                return float(done - first[1]) / (now - first[0])
             await asyncio.sleep(0.05)
         raise RuntimeError(f"{group} did not finish {total} samples")
     finally:

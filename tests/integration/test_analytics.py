@@ -69,17 +69,20 @@ def test_query_pack(pipeline: Pipeline, tmp_path: Path) -> None:
     p.wait_for("4 job events", lambda: p.scalar("SELECT count() FROM job_events") == 4)
 
     util = {r["gpu_model"]: r for r in _rows(p, "gpu_utilization_by_model_hour")}
-    assert util["V100"]["gpus"] == 32 and util["A100"]["gpus"] == 16
+    assert util["V100"]["gpus"] == 32
+    assert util["A100"]["gpus"] == 16
     assert util["V100"]["gpu_hours"] == pytest.approx(160 / 3600, abs=1e-3)
     assert 0 < util["V100"]["avg_utilization_pct"] < 100
 
     jobs = {r["job_id"]: r for r in _rows(p, "energy_per_job")}
     assert set(jobs) == {"job-0", "job-1"}
-    assert jobs["job-0"]["tenant"] == "vision" and jobs["job-0"]["gpu_hours"] > 0
+    assert jobs["job-0"]["tenant"] == "vision"
+    assert jobs["job-0"]["gpu_hours"] > 0
     assert jobs["job-0"]["energy_kwh"] > jobs["job-1"]["energy_kwh"] > 0  # 4 GPUs vs 2
 
     tenants = {r["tenant"]: r for r in _rows(p, "energy_per_tenant")}
-    assert set(tenants) == {"vision", "speech"} and tenants["vision"]["jobs"] == 1
+    assert set(tenants) == {"vision", "speech"}
+    assert tenants["vision"]["jobs"] == 1
 
     waits = {r["priority_class"]: r for r in _rows(p, "queue_wait_by_class")}
     assert set(waits) == {"high", "normal"}
@@ -91,7 +94,8 @@ def test_query_pack(pipeline: Pipeline, tmp_path: Path) -> None:
 
     stale = _rows(p, "stale_gpus")
     assert {r["node_id"] for r in stale} == {"n0000", "n0001", "n0002", "n0003"}
-    assert len(stale) == 32 and all(r["behind_s"] > 60 for r in stale)
+    assert len(stale) == 32
+    assert all(r["behind_s"] > 60 for r in stale)
 
 
 def test_sql_endpoint_is_read_only(pipeline: Pipeline) -> None:
@@ -101,9 +105,11 @@ def test_sql_endpoint_is_read_only(pipeline: Pipeline) -> None:
     url = f"http://127.0.0.1:{p.sql_port}/sql"
     for statement in ("DROP TABLE telemetry", "INSERT INTO control_params (name) VALUES ('x')"):
         refused = httpx.post(url, content=statement.encode(), timeout=30)
-        assert refused.status_code == 400 and "readonly" in refused.text.lower(), statement
+        assert refused.status_code == 400, statement
+        assert "readonly" in refused.text.lower(), statement
     assert p.scalar("SELECT count() FROM system.tables WHERE name = 'telemetry'") >= 1
     out = subprocess.run(
         [str(GPUSCHED), "sql", "SELEC nonsense"], env=p.env, capture_output=True, check=False
     )
-    assert out.returncode == 1 and b"Syntax error" in out.stderr
+    assert out.returncode == 1
+    assert b"Syntax error" in out.stderr
