@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,6 @@ from tests.pipeline import GPUSCHED, Pipeline, produce, write_cluster
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 QUERIES = Path(__file__).resolve().parents[2] / "infra" / "clickhouse" / "queries"
-
-
-@pytest.fixture
-def pipeline(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Pipeline]:
-    p = Pipeline(kafka_bootstrap, topic_prefix, tmp_path)
-    try:
-        yield p
-    finally:
-        p.stop()
 
 
 def _rows(p: Pipeline, name: str) -> list[dict[str, Any]]:

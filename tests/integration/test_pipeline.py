@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,15 +18,6 @@ from tests.builders import every_event
 from tests.pipeline import Pipeline, produce, write_cluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-
-
-@pytest.fixture
-def pipeline(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Pipeline]:
-    p = Pipeline(kafka_bootstrap, topic_prefix, tmp_path)
-    try:
-        yield p
-    finally:
-        p.stop()
 
 
 def _start(p: Pipeline) -> None:

@@ -4,6 +4,7 @@ from gpusched.contracts.codec import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DeadLetter,
     dead_letter,
+    dead_letter_for,
     decode,
     encode,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "UnknownSchemaVersion",
     "UnknownTopic",
     "dead_letter",
+    "dead_letter_for",
     "decode",
     "encode",
     "topic_for",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -26,8 +26,10 @@ from gpusched.contracts.events import SCHEMA_VERSION
 __all__ = [
     "DEAD_LETTER_KEEP_BYTES",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "ConsumedRecord",
     "DeadLetter",
     "dead_letter",
+    "dead_letter_for",
     "decode",
     "encode",
 ]
@@ -117,4 +119,26 @@ def dead_letter(
         error_type=type(error).__name__,
         error=str(error),
         ts=now or datetime.now(UTC),
+    )
+
+
+class ConsumedRecord(Protocol):
+    """What a consumed Kafka record offers (aiokafka's ConsumerRecord has these)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def dead_letter_for(record: ConsumedRecord, error: Exception) -> DeadLetter:
+    """The dead-letter record for a consumed record that was rejected."""
+    return dead_letter(
+        record.topic,
+        record.value or b"",
+        error,
+        key=record.key,
+        partition=record.partition,
+        offset=record.offset,
     )

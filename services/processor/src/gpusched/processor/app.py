@@ -31,6 +31,7 @@ from gpusched.contracts import (
     GpuTelemetrySample,
     JobEvent,
     dead_letter,
+    dead_letter_for,
     decode,
     encode,
 )
@@ -195,14 +196,7 @@ class Processor:
                 try:
                     sample = decode(GpuTelemetrySample, record.value or b"")
                 except ContractError as exc:
-                    dead = dead_letter(
-                        record.topic,
-                        record.value or b"",
-                        exc,
-                        key=record.key,
-                        partition=record.partition,
-                        offset=record.offset,
-                    )
+                    dead = dead_letter_for(record, exc)
                     await dlq.send(value=dead.model_dump_json().encode())
                     continue
                 self.view.observe(sample)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
 from pydantic import BaseModel
 
-from gpusched.contracts import ContractError, DeadLetter, dead_letter, decode
+from gpusched.contracts import ContractError, DeadLetter, dead_letter_for, decode
 from gpusched.contracts.topics import TOPICS, topic_for
 from gpusched.sink.settings import SinkSettings
 from gpusched.store import Store
@@ -105,14 +105,7 @@ class Sink:
             try:
                 events.append(decode(topic.model, record.value or b""))
             except ContractError as exc:
-                letter = dead_letter(
-                    record.topic,
-                    record.value or b"",
-                    exc,
-                    key=record.key,
-                    partition=record.partition,
-                    offset=record.offset,
-                )
+                letter = dead_letter_for(record, exc)
                 dead.append((topic.dlq(self.prefix), letter))
         if dead:
             sent = [
