@@ -99,6 +99,21 @@ class JobEventType(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+    @property
+    def holds_gpus(self) -> bool:
+        """After this event the job holds the GPUs named in the event."""
+        return self in (JobEventType.PLACED, JobEventType.RUNNING)
+
+    @property
+    def requeues(self) -> bool:
+        """After this event the job has released its GPUs and waits to run again."""
+        return self in (JobEventType.PREEMPTED, JobEventType.REQUEUED)
+
+    @property
+    def ends(self) -> bool:
+        """After this event the job is over and holds nothing."""
+        return self in (JobEventType.FINISHED, JobEventType.FAILED, JobEventType.CANCELLED)
+
 
 class JobRequest(BaseModel):
     """What a job asks for: a gang of whole GPUs, or a fraction of one GPU."""

@@ -2,18 +2,9 @@
 
 from __future__ import annotations
 
-from gpusched.contracts import JobEvent, JobEventType
+from gpusched.contracts import JobEvent
 
 __all__ = ["Occupancy"]
-
-_HOLDS = (JobEventType.PLACED, JobEventType.RUNNING)
-_RELEASES = (
-    JobEventType.PREEMPTED,
-    JobEventType.REQUEUED,
-    JobEventType.FINISHED,
-    JobEventType.FAILED,
-    JobEventType.CANCELLED,
-)
 
 
 class Occupancy:
@@ -27,8 +18,8 @@ class Occupancy:
     def apply(self, event: JobEvent) -> None:
         """Fold one lifecycle event in (events of other types are ignored)."""
         if event.request is not None:
-            self._share[event.job_id] = min(event.request.num_gpu, 1.0) or 0.0
-        if event.type in _HOLDS and event.node_ids:
+            self._share[event.job_id] = min(event.request.num_gpu, 1.0)
+        if event.type.holds_gpus and event.node_ids:
             self._release(event.job_id)
             share = self._share.get(event.job_id, 1.0)
             held = [
@@ -39,9 +30,9 @@ class Occupancy:
             for gpu in held:
                 self._gpus[gpu] = (event.job_id, share)
             self._held[event.job_id] = held
-        elif event.type in _RELEASES:
+        elif event.type.requeues or event.type.ends:
             self._release(event.job_id)
-            if event.type is not JobEventType.PREEMPTED and event.type is not JobEventType.REQUEUED:
+            if event.type.ends:
                 self._share.pop(event.job_id, None)
 
     def holder(self, node_id: str, gpu_index: int) -> tuple[str, float] | None:

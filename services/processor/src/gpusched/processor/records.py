@@ -12,10 +12,6 @@ from gpusched.contracts import GpuTelemetrySample, JobEvent, JobEventType
 
 __all__ = ["GpuReading", "JobRecord", "NodeRecord", "fold_job"]
 
-_RUNS = (JobEventType.PLACED, JobEventType.RUNNING)
-_STOPS = (JobEventType.PREEMPTED, JobEventType.REQUEUED)
-_ENDS = (JobEventType.FINISHED, JobEventType.FAILED, JobEventType.CANCELLED)
-
 
 class JobRecord(BaseModel):
     """A job's standing: request, owner, state and the service it has had so far."""
@@ -62,15 +58,15 @@ def fold_job(record: JobRecord | None, event: JobEvent) -> JobRecord | None:
     if record is None or record.state == "ended" or ts < record.last_event_ts:
         return record
     update: dict[str, object] = {"last_event_ts": ts}
-    if event.type in _RUNS:
+    if event.type.holds_gpus:
         if record.state != "running":
             update["run_start"] = ts
         update |= {"state": "running", "node_ids": event.node_ids, "gpu_indices": event.gpu_indices}
-    elif event.type in _STOPS or event.type in _ENDS:
+    elif event.type.requeues or event.type.ends:
         if record.state == "running" and record.run_start is not None:
             update["executed_s"] = record.executed_s + max(ts - record.run_start, 0.0)
         update |= {"run_start": None, "node_ids": (), "gpu_indices": ()}
-        if event.type in _STOPS:
+        if event.type.requeues:
             update |= {"state": "pending", "preemptions": record.preemptions + 1}
         else:
             update |= {"state": "ended", "end_ts": ts}
