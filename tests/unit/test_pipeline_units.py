@@ -170,9 +170,8 @@ class _FakeNvml:
         pass
 
 
-def test_nvml_source_maps_readings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvml_source_maps_readings() -> None:
     fake = _FakeNvml(2)
-    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
     occupancy = Occupancy()
     occupancy.apply(_submitted("j", 0))
     occupancy.apply(_event("j", "running", 1, node_ids=("gpu-host",), gpu_indices=((1,),)))

@@ -17,15 +17,6 @@ __all__ = ["NvmlSource"]
 _MIB = 1024 * 1024
 
 
-def _optional(call: Any, *args: Any, default: Any) -> Any:
-    """An NVML reading a board may not support (ECC, MIG): ``default`` when unsupported."""
-    pynvml = importlib.import_module("pynvml")
-    try:
-        return call(*args)
-    except pynvml.NVMLError:
-        return default
-
-
 class NvmlSource:
     """Reads every GPU NVML sees on this machine; the job on a GPU comes from ``occupancy``.
 
@@ -70,14 +61,14 @@ class NvmlSource:
     def _sample(self, index: int, handle: Any, now: datetime) -> GpuTelemetrySample:
         nvml = self.nvml
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-        ecc = _optional(
+        ecc = self._optional(
             nvml.nvmlDeviceGetTotalEccErrors,
             handle,
             nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
             nvml.NVML_VOLATILE_ECC,
             default=0,
         )
-        mig = _optional(nvml.nvmlDeviceGetMigMode, handle, default=(0, 0))
+        mig = self._optional(nvml.nvmlDeviceGetMigMode, handle, default=(0, 0))
         held = self.occupancy.holder(self.node_id, index)
         return GpuTelemetrySample(
             ts=now,
@@ -97,6 +88,13 @@ class NvmlSource:
             job_id=held[0] if held else None,
             source="nvml",
         )
+
+    def _optional(self, call: Any, *args: Any, default: Any) -> Any:
+        """A reading a board may not support (ECC, MIG): ``default`` when NVML says so."""
+        try:
+            return call(*args)
+        except self.nvml.NVMLError:
+            return default
 
     def close(self) -> None:
         self.nvml.nvmlShutdown()
