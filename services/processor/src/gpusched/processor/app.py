@@ -80,6 +80,7 @@ class Processor:
         self.epoch = 0
         self.published: dict[str, tuple[float, str | None]] = {}
         self._wanted = asyncio.Event()
+        self._restored = asyncio.Event()
         self._out = {t.base: self._topic(t.name(prefix)) for t in (VIEW, PRIORITIES)}
         self._dlq = {t.base: self._topic(t.dlq(prefix)) for t in (TELEMETRY, JOBS, CONTROL)}
         app.agent(self._topic(JOBS.name(prefix)), name="jobs")(self._on_jobs)
@@ -93,13 +94,11 @@ class Processor:
         return self.app.topic(name, key_serializer="raw", value_serializer="raw")
 
     # -- recovery -----------------------------------------------------------------------
-    async def _recovered(self) -> None:
+    async def _restore(self) -> None:
+        """Load the in-memory caches from the recovered tables; everything else waits
+        for this (``_restored``), so the caches are the state they work on."""
         tables: Any = self.app.tables  # the TableManager's recovery is not in its type
         await tables.recovery.completed.wait()
-
-    async def _restore(self) -> None:
-        """Load the in-memory caches from the recovered tables."""
-        await self._recovered()
         for key, value in self.params_table.items():
             self._set_param(_text(key), value)
         for value in self.nodes.values():
@@ -113,18 +112,19 @@ class Processor:
             len(self.view.nodes),
             len(self.params_table),
         )
+        self._restored.set()
         self._wanted.set()
 
     # -- jobs and control ---------------------------------------------------------------
     async def _on_jobs(self, stream: Any) -> None:
+        await self._restored.wait()
         async for event in stream.events():
             try:
                 job_event = decode(JobEvent, event.value)
             except ContractError as exc:
                 await self._dead_letter(JOBS, event, exc)
                 continue
-            stored = self.jobs.get(job_event.job_id)
-            before = JobRecord.model_validate(stored) if stored is not None else None
+            before = self.records.get(job_event.job_id)
             after = fold_job(before, job_event)
             if after is not None and after != before:
                 self.jobs[job_event.job_id] = after.model_dump(mode="json")
@@ -132,6 +132,7 @@ class Processor:
                 self._wanted.set()
 
     async def _on_control(self, stream: Any) -> None:
+        await self._restored.wait()
         async for event in stream.events():
             try:
                 parameter = decode(ControlParameter, event.value)
@@ -161,7 +162,7 @@ class Processor:
 
     # -- telemetry ----------------------------------------------------------------------
     async def _telemetry(self) -> None:
-        await self._recovered()
+        await self._restored.wait()
         prefix, s = self.prefix, self.settings
         while True:
             consumer = AIOKafkaConsumer(
@@ -225,7 +226,7 @@ class Processor:
     # -- priorities ---------------------------------------------------------------------
     async def _priorities(self) -> None:
         """Recompute when something changed (at most every min_recompute_s) and on a timer."""
-        await self._recovered()
+        await self._restored.wait()
         s = self.settings
         while True:
             with contextlib.suppress(TimeoutError):
