@@ -42,7 +42,8 @@ class SinkStats:
 class Sink:
     """Consumes the topics of ``settings.topic_prefix`` into ``store``.
 
-    ``lock`` serialises use of the store's client, which the SQL endpoint shares.
+    ``lock`` lets one call at a time into the store: the SQL endpoint's threads query
+    the same embedded engine through a client of their own.
     """
 
     def __init__(self, settings: SinkSettings, store: Store, lock: threading.Lock) -> None:
