@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpusched.api.forecast_command import forecast_app
 from gpusched.api.service_commands import collect, process, sink
 from gpusched.api.sql_command import sql
 from gpusched.core import CoreError
@@ -53,6 +54,7 @@ app.command("collect")(collect)
 app.command("process")(process)
 app.command("sink")(sink)
 app.command("sql")(sql)
+app.add_typer(forecast_app, name="forecast")
 
 
 @app.command("replay")

@@ -1,5 +1,22 @@
-"""gpusched.forecaster — skeleton: its capability arrives with its own issue (see README)."""
+"""gpusched.forecaster: demand series from job events, Prophet forecasts with calibrated
+intervals (seasonal-naive fallback), and the outlook the dynamic policy reads."""
 
+from gpusched.forecaster.backtest import backtest
+from gpusched.forecaster.fitting import FitTask, fit_many
+from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, forecast_auto
+from gpusched.forecaster.series import JobDemand, SeriesBuilder, offered_demand
 from gpusched.forecaster.settings import ForecasterSettings
 
-__all__ = ["ForecasterSettings"]
+__all__ = [
+    "Calibrator",
+    "FitTask",
+    "Forecast",
+    "ForecasterSettings",
+    "JobDemand",
+    "ModelConfig",
+    "SeriesBuilder",
+    "backtest",
+    "fit_many",
+    "forecast_auto",
+    "offered_demand",
+]
