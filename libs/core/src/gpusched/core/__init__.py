@@ -20,6 +20,7 @@ from gpusched.core.model import (
     Request,
     WakeNode,
 )
+from gpusched.core.outlook import DemandOutlook
 from gpusched.core.params import Params
 from gpusched.core.placement import PLACEMENTS, Placement, make_placement
 from gpusched.core.policies import POLICIES, Oracle, Policy, make_policy
@@ -36,6 +37,7 @@ __all__ = [
     "CoreError",
     "CycleResult",
     "Decision",
+    "DemandOutlook",
     "EnergyMeter",
     "InvalidDecision",
     "InvalidParameter",

@@ -74,6 +74,19 @@ class Params:
     dynamic_headroom_frac: float = _p(0.05, "more idle-on headroom as a share of GPUs in use")
     dynamic_park_after_s: float = _p(900.0, "an idle node is parked after this long")
     dynamic_energy_aware: bool = _p(True, "park idle nodes and wake them ahead of demand")
+    dynamic_headroom_classes: tuple[str, ...] = _p(
+        ("high",),
+        "with a demand forecast: classes whose predicted arrivals get headroom of their own "
+        "on top of the headroom for all arrivals",
+    )
+    dynamic_forecast_park_after_s: float = _p(
+        300.0, "with a demand forecast: an idle node not needed by it is parked after this long"
+    )
+    dynamic_forecast_lookahead_s: float = _p(
+        3600.0,
+        "with a demand forecast: a node is not parked if the rise predicted this far "
+        "ahead would need it",
+    )
 
     @classmethod
     def names(cls) -> list[str]:

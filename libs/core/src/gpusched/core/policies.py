@@ -30,6 +30,7 @@ class Policy:
     blocks_at_head = False
     reserves_head = False
     refreshes = False
+    reads_outlook = False  # plans capacity from the scheduler's demand forecast
 
     def bind(self, scheduler: Scheduler) -> None:
         self.s = scheduler
@@ -230,6 +231,7 @@ class Dynamic(Policy):
     preemptive = True
     reserves_head = True
     refreshes = True
+    reads_outlook = True
 
     def bind(self, scheduler: Scheduler) -> None:
         super().bind(scheduler)
@@ -327,8 +329,7 @@ class Dynamic(Policy):
             allocated += n - node.free_gpu if node.power is PowerState.ON else 0.0
             if node.power is PowerState.ON and node.idle:
                 idle_on.append((self.s.idle_since.get(node.node_id, now), node.node_id, n))
-        headroom = self.p.dynamic_headroom_gpus + self.p.dynamic_headroom_frac * allocated
-        need = allocated + self.s.queue.gpu_demand + headroom
+        need, keep, park_after = self._need(now, allocated + self.s.queue.gpu_demand, allocated)
         decisions: list[Decision] = []
         if capacity < need:
             for node_id, n in parked:
@@ -338,11 +339,37 @@ class Dynamic(Policy):
                 capacity += n
             return decisions
         for since, node_id, n in sorted(idle_on, reverse=True):
-            if capacity - n < need or now - since < self.p.dynamic_park_after_s:
+            if capacity - n < keep or now - since < park_after:
                 continue
             decisions.append(ParkNode(node_id, f"idle since {since:.0f}; {capacity:.0f} on"))
             capacity -= n
         return decisions
+
+    def _need(self, now: float, demand: float, allocated: float) -> tuple[float, float, float]:
+        """(GPUs to have on now, GPUs to keep on when parking, idle time before parking).
+
+        Without a forecast: today's demand plus a fixed headroom. With one (the
+        scheduler's ``outlook``): today's demand, plus the rise predicted before a node
+        woken now would be ready, plus the predicted arrivals (upper bound) in that time,
+        plus those of the high classes again so that they find room first; a node is only
+        parked when the rise predicted over the look-ahead would not need it.
+        """
+        p = self.p
+        fixed = demand + p.dynamic_headroom_gpus + p.dynamic_headroom_frac * allocated
+        outlook = self.s.outlook
+        if outlook is None:
+            return fixed, fixed, p.dynamic_park_after_s
+        lead = self.s.power.wake_latency_s + p.dynamic_tick_s
+        rise = outlook.demand_rise(now, lead)
+        later = outlook.demand_rise(now, max(p.dynamic_forecast_lookahead_s, lead))
+        arriving = outlook.arrivals(now, lead, None)
+        if rise is None or later is None or arriving is None:
+            return fixed, fixed, p.dynamic_park_after_s  # no forecast yet
+        headroom = arriving + sum(
+            outlook.arrivals(now, lead, c) or 0.0 for c in p.dynamic_headroom_classes
+        )
+        need = demand + max(rise, 0.0) + headroom
+        return need, max(need, demand + max(later, 0.0) + headroom), p.dynamic_forecast_park_after_s
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {

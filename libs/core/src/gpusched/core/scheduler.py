@@ -29,6 +29,7 @@ from gpusched.core.model import (
     Request,
     WakeNode,
 )
+from gpusched.core.outlook import DemandOutlook
 from gpusched.core.params import Params
 from gpusched.core.placement import Placement
 from gpusched.core.policies import Policy
@@ -65,8 +66,10 @@ class Scheduler:
         placement: Placement,
         params: Params | None = None,
         power: PowerModel | None = None,
+        outlook: DemandOutlook | None = None,
     ) -> None:
         self.params = params or Params()
+        self.outlook = outlook  # a demand forecast, for policies that plan capacity
         self.state = ClusterState(nodes)
         self.policy = policy
         self.placement = placement

@@ -15,10 +15,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Protocol
 
 from gpusched.core import (
     Decision,
+    DemandOutlook,
     EnergyMeter,
+    Job,
     NodeSpec,
     Params,
     ParkNode,
@@ -33,7 +36,19 @@ from gpusched.core import (
 )
 from gpusched.sim.traces import TraceJob
 
-__all__ = ["JobOutcome", "RunResult", "Simulation"]
+__all__ = ["JobOutcome", "RunResult", "Simulation", "TraceOutlook"]
+
+
+class TraceOutlook(DemandOutlook, Protocol):
+    """A demand forecast that learns from the simulated cluster as it runs: it is told
+    every arrival and end, and ``advance`` before each cycle (when it may refit on what
+    it has seen so far, never on the trace's future)."""
+
+    def submitted(self, job: Job, now: float) -> None: ...
+
+    def ended(self, job_id: str, now: float) -> None: ...
+
+    def advance(self, now: float) -> None: ...
 
 
 class _Kind(IntEnum):  # order of events that share a time
@@ -93,6 +108,7 @@ class Simulation:
         power: PowerModel | None = None,
         experiment: str = "queueing",
         seed: int = 0,
+        outlook: TraceOutlook | None = None,
     ) -> None:
         self.params = params or Params()
         self.power = power or PowerModel()
@@ -107,7 +123,9 @@ class Simulation:
             make_placement(placement),
             self.params,
             self.power,
+            outlook,
         )
+        self.outlook = outlook
         self.result = RunResult(policy, placement, total_gpus=self.scheduler.state.total_gpus)
         self._events: list[tuple[float, int, int, str, int]] = []
         self._seq = 0
@@ -171,6 +189,8 @@ class Simulation:
                         progress(500)
                 elif kind == _Kind.TIMER and timer_at == now:
                     timer_at = None
+            if self.outlook is not None:
+                self.outlook.advance(now)
             outcome = sched.cycle(now)
             self._carry_out(outcome.decisions, now)
             if self.experiment == "packing" and new_arrival and new_arrival in sched.queue:
@@ -200,10 +220,15 @@ class Simulation:
     # -- what the backend does --------------------------------------------------------------
     def _arrive(self, job_id: str, now: float) -> None:
         self._left[job_id] = self.trace[job_id].duration_s
-        self.scheduler.submit(self.trace[job_id].job(), now)
+        job = self.trace[job_id].job()
+        self.scheduler.submit(job, now)
+        if self.outlook is not None:
+            self.outlook.submitted(job, now)
 
     def _finish(self, job_id: str, now: float) -> None:
         job = self.scheduler.finish(job_id, now)
+        if self.outlook is not None:
+            self.outlook.ended(job_id, now)
         self._allocated -= job.request.num_gpu
         for node_id in self._nodes_of.pop(job_id):
             self._touch(node_id)

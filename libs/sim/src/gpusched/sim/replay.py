@@ -9,14 +9,20 @@ from typing import Any
 from gpusched.core import Params, UnknownName
 from gpusched.core.placement import PLACEMENTS
 from gpusched.core.policies import POLICIES
-from gpusched.sim.engine import RunResult, Simulation
+from gpusched.sim.engine import RunResult, Simulation, TraceOutlook
 from gpusched.sim.errors import SimError
 from gpusched.sim.metrics import summarize
 from gpusched.sim.traces import load_cluster, load_jobs, trace_name
 
-__all__ = ["EXPERIMENTS", "replay"]
+__all__ = ["EXPERIMENTS", "VARIANTS", "replay"]
 
 EXPERIMENTS = ("queueing", "packing")
+# Names a replay accepts besides the policies: the policy they run, without a forecast.
+VARIANTS = {"dynamic-noforecast": "dynamic"}
+
+
+def reads_outlook(policy: str) -> bool:
+    return bool(getattr(POLICIES[policy], "reads_outlook", False))
 
 
 def replay(
@@ -30,13 +36,18 @@ def replay(
     params: Params | None = None,
     on_start: Callable[[str, int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    outlook: Callable[[], TraceOutlook] | None = None,
 ) -> tuple[dict[str, Any], dict[str, RunResult]]:
-    """Run each policy over the trace; the JSON document and the raw runs (for plots)."""
+    """Run each policy over the trace; the JSON document and the raw runs (for plots).
+
+    ``outlook`` makes a fresh demand forecast for each run of a policy by its own name
+    (``dynamic``); a variant of ``VARIANTS`` runs its policy without one.
+    """
     if experiment not in EXPERIMENTS:
         raise SimError(f"unknown experiment {experiment!r}; accepted: {', '.join(EXPERIMENTS)}")
     for name in policies:
-        if name not in POLICIES:
-            raise UnknownName("policy", name, list(POLICIES))
+        if name not in POLICIES and name not in VARIANTS:
+            raise UnknownName("policy", name, [*POLICIES, *VARIANTS])
     if placement not in PLACEMENTS:
         raise UnknownName("placement", placement, list(PLACEMENTS))
     nodes = load_cluster(cluster_path)
@@ -47,8 +58,19 @@ def replay(
     for name in policies:
         if on_start:
             on_start(name, len(jobs))
-        sim = Simulation(nodes, jobs, name, placement, params, experiment=experiment, seed=seed)
+        policy = VARIANTS.get(name, name)
+        sim = Simulation(
+            nodes,
+            jobs,
+            policy,
+            placement,
+            params,
+            experiment=experiment,
+            seed=seed,
+            outlook=outlook() if outlook and name in POLICIES and reads_outlook(name) else None,
+        )
         run = sim.run(on_progress)
+        run.policy = name
         runs[name] = run
         results[name] = summarize(run, experiment)
         skipped = [{"job_id": j, "reason": r} for j, r in run.skipped]

@@ -15,6 +15,7 @@ from gpusched.api.forecast_command import forecast_app
 from gpusched.api.service_commands import collect, process, sink
 from gpusched.api.sql_command import sql
 from gpusched.core import CoreError
+from gpusched.forecaster import ForecasterSettings, ForecastOutlook
 from gpusched.sim import SimError, replay
 from gpusched.sim.report import write_report
 
@@ -57,13 +58,28 @@ app.command("sql")(sql)
 app.add_typer(forecast_app, name="forecast")
 
 
+def _outlook() -> ForecastOutlook:
+    """The forecaster, fitted on the replayed cluster's past as it runs (``dynamic``)."""
+    settings = ForecasterSettings()
+    return ForecastOutlook(
+        settings.models(),
+        refit_s=settings.forecaster_replay_refit_s,
+        horizon_s=settings.forecaster_horizon_s,
+        classes=settings.classes,
+        workers=settings.forecaster_workers,
+    )
+
+
 @app.command("replay")
 def replay_command(
     jobs: Annotated[Path, typer.Option(help="a *.jobs.csv trace")],
     cluster: Annotated[Path, typer.Option(help="a *.cluster.csv node list")],
     json_out: Annotated[Path, typer.Option("--json", help="where to write the result JSON")],
     policies: Annotated[
-        str, typer.Option(help="comma-separated: fifo,backfill,tiresias,srpt-oracle,dynamic")
+        str,
+        typer.Option(
+            help="comma-separated: fifo,backfill,tiresias,srpt-oracle,dynamic,dynamic-noforecast"
+        ),
     ] = "fifo,backfill,tiresias,srpt-oracle,dynamic",
     experiment: Annotated[str, typer.Option(help="queueing or packing")] = "queueing",
     placement: Annotated[str, typer.Option(help="spread, bestfit or fgd")] = "bestfit",
@@ -105,6 +121,7 @@ def replay_command(
                 seed,
                 on_start=on_start,
                 on_progress=on_progress,
+                outlook=_outlook,
             )
         except (SimError, CoreError) as exc:
             console.print(f"[red]error:[/] {exc}")

@@ -4,6 +4,7 @@ intervals (seasonal-naive fallback), and the outlook the dynamic policy reads.""
 from gpusched.forecaster.backtest import backtest
 from gpusched.forecaster.fitting import FitTask, fit_many
 from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, forecast_auto
+from gpusched.forecaster.outlook import ForecastOutlook
 from gpusched.forecaster.series import JobDemand, SeriesBuilder, offered_demand
 from gpusched.forecaster.settings import ForecasterSettings
 
@@ -11,6 +12,7 @@ __all__ = [
     "Calibrator",
     "FitTask",
     "Forecast",
+    "ForecastOutlook",
     "ForecasterSettings",
     "JobDemand",
     "ModelConfig",

@@ -142,15 +142,15 @@ def prophet(history: np.ndarray, start: float, horizon: int, cfg: ModelConfig) -
 
 
 def _prophet_class() -> type:
-    # Prophet logs every Stan run at INFO and warns that plotly is missing; neither helps.
-    for name in ("cmdstanpy", "prophet", "prophet.plot"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    # Prophet logs every Stan run at INFO and, as an error, that plotly (for its plots,
+    # unused here) is missing; cmdstanpy configures its own handler when first used.
+    # Neither says anything a failed fit would not raise.
+    logging.getLogger("prophet.plot").setLevel(logging.CRITICAL)
+    logging.getLogger("cmdstanpy").disabled = True
     try:
         from prophet import Prophet
     except ImportError as exc:  # pragma: no cover - a dependency of this package
-        raise ImportError(
-            "Prophet is missing: run `uv sync` (package gpusched-forecaster)"
-        ) from exc
+        raise ImportError("Prophet is missing: run `uv sync` (gpusched-forecaster)") from exc
     return Prophet
 
 

@@ -60,6 +60,7 @@ class SeriesBuilder:
         self.origin = origin - origin % self.step_s  # steps align to multiples of step_s
         self._open = self.origin  # start of the step being accumulated
         self._jobs: dict[str, JobDemand] = {}
+        self._ended: set[str] = set()
         self._level: dict[str, float] = {}  # scope -> GPUs now outstanding
         self._area: dict[str, float] = {}  # scope -> GPU-seconds in the open step
         self._arrived: dict[str, float] = {}  # scope -> GPUs submitted in the open step
@@ -69,8 +70,8 @@ class SeriesBuilder:
 
     # -- folding ------------------------------------------------------------------------
     def submitted(self, job_id: str, demand: JobDemand, t: float) -> None:
-        """A job arrived (once per job id; a repeat is ignored)."""
-        if job_id in self._jobs:
+        """A job arrived (once per job id: a repeat, even after its end, is ignored)."""
+        if job_id in self._jobs or job_id in self._ended:
             return
         self._move_to(t)
         self._jobs[job_id] = demand
@@ -83,6 +84,7 @@ class SeriesBuilder:
         demand = self._jobs.pop(job_id, None)
         if demand is None:
             return
+        self._ended.add(job_id)  # redelivered events (at-least-once) must not count twice
         self._move_to(t)
         for scope in demand.scopes():
             self._level[scope] = max(self._level[scope] - demand.gpus, 0.0)

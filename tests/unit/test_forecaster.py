@@ -1,0 +1,291 @@
+"""The forecaster's pure parts: series folding, models and their fallback, calibrated
+intervals, the backtest (on a slice of a real trace) and the outlook the policy reads."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gpusched.api.cli import app
+from gpusched.core import (
+    Job,
+    NodeSpec,
+    Params,
+    PowerState,
+    Request,
+    Scheduler,
+    make_placement,
+    make_policy,
+)
+from gpusched.forecaster import (
+    Calibrator,
+    FitTask,
+    Forecast,
+    ForecastOutlook,
+    JobDemand,
+    ModelConfig,
+    SeriesBuilder,
+    fit_many,
+    forecast_auto,
+    offered_demand,
+)
+from gpusched.forecaster.models import last_value, local_scale, seasonal_naive
+from gpusched.sim import Simulation, TraceJob, load_jobs
+
+TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+PHILLY = TRACES / "philly_dev.jobs.csv"
+DAY = 86400.0
+HOURLY = ModelConfig(step_s=3600.0)
+
+
+def _demand(gpus: float, model: str = "V100", tenant: str = "a", cls: str = "normal") -> JobDemand:
+    return JobDemand(gpus, model, tenant, cls)
+
+
+def test_series_time_weighted_demand_and_arrivals() -> None:
+    b = SeriesBuilder(600, origin=0.0)
+    b.submitted("j1", _demand(4), 0)
+    b.submitted("j2", _demand(2, tenant="b", cls="high"), 300)  # half of step 0
+    b.ended("j1", 900)  # half of step 1
+    b.submitted("j1", _demand(8), 950)  # a repeated submission is ignored
+    b.advance(1800)
+    assert b.values("gpu_demand/all").tolist() == [5.0, 4.0, 2.0]
+    assert b.values("arrivals/all").tolist() == [6.0, 0.0, 0.0]
+    assert b.values("gpu_demand/tenant=b").tolist() == [1.0, 2.0, 2.0]
+    assert b.values("arrivals/class=high").tolist() == [2.0, 0.0, 0.0]
+    assert b.values("gpu_demand/model=V100").tolist() == [5.0, 4.0, 2.0]
+    assert b.closed_until == 1800
+
+
+def test_series_scope_first_seen_later_is_zero_before() -> None:
+    b = SeriesBuilder(600, origin=0.0)
+    b.submitted("j1", _demand(1), 0)
+    b.advance(1200)
+    b.submitted("j2", _demand(3, tenant="late"), 1200)
+    b.advance(1800)
+    assert b.values("gpu_demand/tenant=late").tolist() == [0.0, 0.0, 3.0]
+    assert b.values("never/seen").tolist() == [0.0, 0.0, 0.0]
+
+
+def test_series_late_event_counts_in_the_open_step() -> None:
+    b = SeriesBuilder(600, origin=0.0)
+    b.submitted("j1", _demand(2), 0)
+    b.advance(1200)
+    b.ended("j1", 100)  # arrives late: counted at the open step's start
+    b.advance(1800)
+    assert b.values("gpu_demand/all").tolist() == [2.0, 2.0, 0.0]
+
+
+def test_job_demand_of_core_job() -> None:
+    job = Job("j", Request(2, frozenset({"V100M32", "V100M16"})), 0.0, "vc1", "high")
+    d = JobDemand.of(job)
+    assert (d.gpu_model, d.tenant, d.priority_class) == ("V100M16|V100M32", "vc1", "high")
+    assert JobDemand.of(Job("k", Request(1), 0.0)).gpu_model == "any"
+
+
+def _seasonal(days: int, step_s: float = 3600.0, noise: float = 1.0) -> np.ndarray:
+    rng = np.random.default_rng(0)
+    t = np.arange(int(days * DAY / step_s)) * step_s
+    return 100 + 30 * np.sin(2 * np.pi * t / DAY) + rng.normal(0, noise, len(t))
+
+
+def test_fallback_to_seasonal_naive_says_so() -> None:
+    history = _seasonal(1.5)  # more than a season, less than the 2 days Prophet needs
+    f = forecast_auto(history, start=len(history) * 3600.0, horizon=6, cfg=HOURLY)
+    assert f.model == "seasonal_naive"
+    assert f.note is not None
+    assert "fallback" in f.note
+    assert "Prophet" in f.note
+    assert f.yhat.tolist() == history[-24:-18].tolist()  # one day earlier
+    assert np.all(f.lower <= f.yhat)
+    assert np.all(f.yhat <= f.upper)
+
+
+def test_fallback_under_one_season_is_last_value() -> None:
+    f = forecast_auto(np.array([3.0, 5.0, 4.0]), start=0.0, horizon=3, cfg=HOURLY)
+    assert f.model == "last_value"
+    assert f.note
+    assert "less than one season" in f.note
+    assert f.yhat.tolist() == [4.0, 4.0, 4.0]
+
+
+def test_prophet_learns_the_daily_cycle() -> None:
+    history = _seasonal(14)
+    f = forecast_auto(history, start=len(history) * 3600.0, horizon=24, cfg=HOURLY)
+    assert f.model == "prophet"
+    assert f.note is None
+    truth = _seasonal(15, noise=0.0)[-24:]
+    assert np.mean(np.abs(f.yhat - truth)) < 3.0  # noise sd 1, amplitude 30
+    assert np.all(f.lower <= f.yhat)
+    assert np.all(f.yhat <= f.upper)
+
+
+def test_baseline_intervals_come_from_the_history() -> None:
+    steady = np.full(48, 10.0)
+    assert seasonal_naive(steady, 0.0, 5, HOURLY).upper.tolist() == [10.0] * 5
+    assert last_value(steady, 0.0, 5, HOURLY).lower.tolist() == [10.0] * 5
+    f = last_value(np.arange(48.0), 0.0, 3, HOURLY)  # rises by 1 each step
+    assert f.yhat.tolist() == [47.0] * 3
+    assert f.upper.tolist() == [48.0, 49.0, 50.0]
+
+
+def test_calibrator_learns_the_spread_of_past_errors() -> None:
+    """Truth swings 50 +- 5 around a flat forecast whose own interval says +- 1; errors
+    are relative to the scale given, so a doubled scale doubles the interval."""
+    cal = Calibrator(width=0.8, min_errors=4)
+    truth = 50 + 5 * np.resize([1.0, -1.0], 200)
+    flat = np.full(4, 50.0)
+    first = Forecast("m", 0.0, 1.0, flat, flat - 1, flat + 1)
+    assert cal.calibrate(first, 1.0) is first  # no errors yet: the model's own interval
+    for origin in range(4, 44, 4):
+        cal.observe(truth, 0.0, float(origin))
+        f = cal.calibrate(Forecast("m", float(origin), 1.0, flat, flat - 1, flat + 1), 1.0)
+    assert f.lower.tolist() == [45.0] * 4
+    assert f.upper.tolist() == [55.0] * 4
+    wide = cal.calibrate(Forecast("m", 44.0, 1.0, flat, flat - 1, flat + 1), 2.0)
+    assert wide.upper.tolist() == [60.0] * 4
+    other = cal.calibrate(Forecast("other", 44.0, 1.0, flat, flat - 1, flat + 1), 1.0)
+    assert other.upper.tolist() == [51.0] * 4  # errors are kept per model
+    assert local_scale(np.array([1.0, 3.0, 1.0, 3.0]), 3) == 2.0
+
+
+def test_fit_many_over_budget_falls_back_with_a_note() -> None:
+    history = _seasonal(20)
+    tasks = {f"s{i}": FitTask(history, 0.0, 6) for i in range(3)}
+    out = fit_many(tasks, HOURLY, workers=1, budget_s=0.0)
+    assert {f.model for f in out.values()} == {"seasonal_naive"}
+    assert all(f.note and "budget" in f.note for f in out.values())
+
+
+def test_offered_demand_of_a_real_trace_slice() -> None:
+    jobs = load_jobs(PHILLY)[:2000]
+    b = offered_demand(
+        ((j.job_id, j.submit_time, j.duration_s, JobDemand.of(j.job())) for j in jobs), 600
+    )
+    arrivals = b.values("arrivals/all")
+    assert arrivals.sum() == pytest.approx(sum(j.request.num_gpu for j in jobs[:-1]), abs=64)
+    assert {"gpu_demand/class=high", "gpu_demand/class=normal"} <= set(b.names())
+    assert b.values("gpu_demand/all").min() >= 0
+
+
+@pytest.mark.slow
+def test_backtest_command_on_a_slice_of_philly(tmp_path: Path) -> None:
+    """Six days of the real trace: 3 days of training, an origin every 12 h."""
+    head = PHILLY.read_text().splitlines()
+    first = float(head[1].split(",")[1])
+    rows = [r for r in head[1:] if float(r.split(",")[1]) < first + 6 * DAY]
+    trace = tmp_path / "slice.jobs.csv"
+    trace.write_text("\n".join([head[0], *rows]) + "\n")
+    out = tmp_path / "bt.json"
+    result = CliRunner().invoke(
+        app,
+        ["forecast", "backtest", "--jobs", str(trace), "--json", str(out),
+         "--min-train", "3d", "--every", "12h", "--workers", "1"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["series"] == "gpu_demand/all"
+    assert doc["origins"] >= 4
+    assert set(doc["horizons"]) == {"1h", "6h"}
+    assert doc["horizons"]["6h"]["seasonal_naive"]["mase"] > 0
+    for by_model in doc["horizons"].values():
+        assert set(by_model) == {"prophet", "seasonal_naive", "last_value"}
+        for scores in by_model.values():
+            assert scores["mase"] >= 0
+            assert 0 <= scores["coverage"] <= 1
+
+
+def test_backtest_command_refuses_bad_options(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad_step = runner.invoke(
+        app, ["forecast", "backtest", "--jobs", str(PHILLY), "--json", "x", "--horizons", "7m"]
+    )
+    assert bad_step.exit_code == 2
+    assert "whole number" in bad_step.output
+    bad_series = runner.invoke(
+        app, ["forecast", "backtest", "--jobs", str(PHILLY), "--json", "x", "--series", "nope"]
+    )
+    assert bad_series.exit_code == 2
+    assert "gpu_demand/all" in bad_series.output
+
+
+def test_outlook_learns_only_from_the_past_and_drives_parking() -> None:
+    """Four days of a steady daily cycle on a small cluster: after the first season the
+    outlook has forecasts; the dynamic policy then parks by them."""
+    cfg = ModelConfig(step_s=3600.0, min_history_s=2 * DAY)
+    outlook = ForecastOutlook(cfg, refit_s=DAY, horizon_s=6 * 3600.0)
+    assert outlook.demand_rise(0.0, 3600) is None
+    assert outlook.arrivals(0.0, 60, None) is None
+    nodes = [NodeSpec(f"n{i}", "V100", 8, 10**6, 10**6) for i in range(8)]
+    jobs = []
+    for h in range(4 * 24):
+        busy = 4 if (h % 24) < 12 else 1  # 4 jobs an hour by day, 1 by night
+        for k in range(busy):
+            jobs.append(TraceJob(f"j{h}-{k}", h * 3600.0 + k, 1800.0, Request(8), "t", "normal"))
+    sim = Simulation(nodes, jobs, "dynamic", params=Params(), outlook=outlook)
+    run = sim.run()
+    assert outlook.refits >= 3
+    assert set(outlook.forecasts) == {"gpu_demand/all", "arrivals/all", "arrivals/class=high"}
+    assert outlook.forecasts["gpu_demand/all"].model == "prophet"  # 3 days seen at the last
+    assert len(run.outcomes) == len(jobs)
+    t = outlook.forecasts["arrivals/all"].start
+    assert outlook.arrivals(t, 1800, None) is not None
+    assert outlook.demand_rise(t, 3600) is not None
+    assert outlook.demand_rise(t + 10 * DAY, 60) is None  # beyond the horizon: no forecast
+
+
+class _Outlook:
+    """A fixed forecast (the DemandOutlook protocol is ours; nothing real is replaced)."""
+
+    def __init__(self, rise: float, later: float, arrivals: float, high: float) -> None:
+        self.rise, self.later, self.all, self.high = rise, later, arrivals, high
+
+    def demand_rise(self, now: float, span_s: float) -> float | None:
+        return self.rise if span_s <= 480 else self.later
+
+    def arrivals(self, now: float, span_s: float, priority_class: str | None) -> float | None:
+        return self.all if priority_class is None else self.high
+
+
+def _cluster(outlook: _Outlook | None) -> Scheduler:
+    nodes = [NodeSpec(f"n{i}", "V100", 8, 10**6, 10**6) for i in range(10)]
+    sched = Scheduler(nodes, make_policy("dynamic"), make_placement("bestfit"), outlook=outlook)
+    sched.submit(Job("busy", Request(8), 0.0), 0.0)
+    sched.cycle(0.0)
+    return sched
+
+
+def _parked(sched: Scheduler) -> int:
+    return sum(n.power is PowerState.PARKED for n in sched.state.nodes.values())
+
+
+@pytest.mark.parametrize(
+    ("outlook", "parked_at_400", "parked_at_1000"),
+    [
+        (None, 0, 6),  # fixed headroom 16.4 GPUs: 3 idle nodes kept, parking after 900 s
+        (_Outlook(0, 0, 4, 4), 8, 8),  # nothing coming: one idle node kept, parked at 300 s
+        (_Outlook(0, 20, 4, 4), 5, 5),  # a rise within the hour keeps 3 more nodes on
+        (_Outlook(16, 16, 8, 8), 5, 5),  # a rise and arrivals before a wake is done
+    ],
+)
+def test_dynamic_parks_by_the_forecast(
+    outlook: _Outlook | None, parked_at_400: int, parked_at_1000: int
+) -> None:
+    sched = _cluster(outlook)
+    sched.cycle(400.0)
+    assert _parked(sched) == parked_at_400
+    sched.cycle(1000.0)
+    assert _parked(sched) == parked_at_1000
+
+
+def test_dynamic_wakes_ahead_of_predicted_demand() -> None:
+    sched = _cluster(_Outlook(0, 0, 0, 0))
+    sched.cycle(400.0)
+    assert _parked(sched) == 9
+    sched.outlook = _Outlook(20, 20, 8, 4)  # a burst predicted before a wake would finish
+    woken = [d for d in sched.cycle(500.0).decisions if type(d).__name__ == "WakeNode"]
+    assert len(woken) == 4  # 32 GPUs predicted: four nodes of 8
