@@ -71,7 +71,7 @@ class Pipeline:
             "GPUSCHED_TOPIC_PREFIX": self.prefix,
             "GPUSCHED_STORE_DSN": f"chdb://{self.workdir / 'clickhouse'}",
             "GPUSCHED_SINK_SQL_PORT": str(self.sql_port),
-            "GPUSCHED_SINK_SQL_URL": f"http://127.0.0.1:{self.sql_port}",
+            "GPUSCHED_STORE_SQL_URL": f"http://127.0.0.1:{self.sql_port}",
             "GPUSCHED_SINK_FLUSH_S": "0.5",
             "GPUSCHED_PROCESSOR_DATA_DIR": str(self.workdir / "processor"),
             "GPUSCHED_PROCESSOR_PRIORITY_INTERVAL_S": "1",

@@ -20,8 +20,8 @@ class DemandOutlook(Protocol):
         is expected only to fall; None without a forecast covering that window."""
         ...
 
-    def arrivals(self, now: float, span_s: float, priority_class: str | None) -> float | None:
-        """Upper bound (top of the forecast interval) of the GPUs that jobs will request
-        within ``(now, now + span_s]``, of one priority class or of all (None); None
-        without a forecast."""
+    def arrivals(self, now: float, span_s: float, priority_class: str) -> float | None:
+        """Upper bound (top of the forecast interval) of the GPUs that jobs of one
+        priority class will request within ``(now, now + span_s]``; None without a
+        forecast for that class."""
         ...

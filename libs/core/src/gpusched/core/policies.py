@@ -348,11 +348,13 @@ class Dynamic(Policy):
     def _need(self, now: float, demand: float, allocated: float) -> tuple[float, float, float]:
         """(GPUs to have on now, GPUs to keep on when parking, idle time before parking).
 
-        Without a forecast: today's demand plus a fixed headroom. With one (the
-        scheduler's ``outlook``): today's demand, plus the rise predicted before a node
-        woken now would be ready, plus the predicted arrivals (upper bound) in that time,
-        plus those of the high classes again so that they find room first; a node is only
-        parked when the rise predicted over the look-ahead would not need it.
+        Without a forecast: today's demand plus the fixed headroom, and a node idle for
+        ``dynamic_park_after_s`` is parked. A forecast (the scheduler's ``outlook``) adds
+        to that, never takes away: the rise predicted before a node woken now would be
+        ready (wake ahead), the predicted arrivals of the high classes in that time
+        (their own headroom), and a node is kept when the rise predicted over the
+        look-ahead would need it; in exchange an idle node the forecast does not need is
+        parked sooner (``dynamic_forecast_park_after_s``).
         """
         p = self.p
         fixed = demand + p.dynamic_headroom_gpus + p.dynamic_headroom_frac * allocated
@@ -362,14 +364,12 @@ class Dynamic(Policy):
         lead = self.s.power.wake_latency_s + p.dynamic_tick_s
         rise = outlook.demand_rise(now, lead)
         later = outlook.demand_rise(now, max(p.dynamic_forecast_lookahead_s, lead))
-        arriving = outlook.arrivals(now, lead, None)
-        if rise is None or later is None or arriving is None:
+        if rise is None or later is None:
             return fixed, fixed, p.dynamic_park_after_s  # no forecast yet
-        headroom = arriving + sum(
-            outlook.arrivals(now, lead, c) or 0.0 for c in p.dynamic_headroom_classes
-        )
-        need = demand + max(rise, 0.0) + headroom
-        return need, max(need, demand + max(later, 0.0) + headroom), p.dynamic_forecast_park_after_s
+        high = sum(outlook.arrivals(now, lead, c) or 0.0 for c in p.dynamic_headroom_classes)
+        need = fixed + max(rise, 0.0) + high
+        keep = max(need, fixed + max(later, 0.0) + high)
+        return need, keep, p.dynamic_forecast_park_after_s
 
 
 POLICIES: dict[str, Callable[..., Policy]] = {

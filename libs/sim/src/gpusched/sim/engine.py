@@ -50,6 +50,8 @@ class TraceOutlook(DemandOutlook, Protocol):
 
     def advance(self, now: float) -> None: ...
 
+    def close(self) -> None: ...
+
 
 class _Kind(IntEnum):  # order of events that share a time
     FINISH = 0
@@ -145,6 +147,13 @@ class Simulation:
 
     def run(self, progress: Callable[[int], None] | None = None) -> RunResult:
         """Play the whole trace; ``progress(n)`` is called as arrivals are consumed."""
+        try:
+            return self._run(progress)
+        finally:
+            if self.outlook is not None:
+                self.outlook.close()
+
+    def _run(self, progress: Callable[[int], None] | None) -> RunResult:
         started = time.perf_counter()
         sched, res = self.scheduler, self.result
         runnable = []

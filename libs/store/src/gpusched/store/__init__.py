@@ -3,6 +3,7 @@
 from gpusched.store.connection import connect
 from gpusched.store.errors import MigrationError, StoreError, UnsupportedDsn
 from gpusched.store.migrations import Migration, applied_migrations, load_migrations, migrate
+from gpusched.store.reader import QueryAnswer, QueryRefused, StoreUnreachable, read_query
 from gpusched.store.settings import StoreSettings
 from gpusched.store.store import Store
 from gpusched.store.tables import TABLES, TableSpec, table_for
@@ -11,14 +12,18 @@ __all__ = [
     "TABLES",
     "Migration",
     "MigrationError",
+    "QueryAnswer",
+    "QueryRefused",
     "Store",
     "StoreError",
     "StoreSettings",
+    "StoreUnreachable",
     "TableSpec",
     "UnsupportedDsn",
     "applied_migrations",
     "connect",
     "load_migrations",
     "migrate",
+    "read_query",
     "table_for",
 ]

@@ -37,6 +37,11 @@ class StoreSettings(BaseSettings):
         "or http(s)://user:pw@host:8123 (a ClickHouse server)",
     )
     database: str = Field(default="gpusched", description="ClickHouse database of the tables")
+    sql_url: str = Field(
+        default="http://127.0.0.1:18123",
+        description="where other processes (`gpusched sql`, the forecaster) query an embedded "
+        "store: the sink's read-only SQL endpoint",
+    )
     migrations_dir: Path = Field(
         default_factory=_default_migrations,
         description="folder of versioned NNNN_name.sql migrations "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpusched.forecaster import ModelConfig, backtest, offered_demand
+from gpusched.api.service_commands import forecast
+from gpusched.forecaster import ForecasterSettings, backtest, offered_demand
 from gpusched.forecaster.backtest import BACKTEST_MODELS
 from gpusched.forecaster.series import JobDemand
 from gpusched.sim import SimError
@@ -21,6 +23,7 @@ from gpusched.sim.traces import load_jobs, trace_name
 __all__ = ["forecast_app", "parse_duration"]
 
 forecast_app = typer.Typer(help="Demand forecasting.", no_args_is_help=True)
+forecast_app.command("serve")(forecast)
 console = Console(stderr=True)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -53,7 +56,10 @@ def backtest_command(
     min_train: Annotated[str, typer.Option(help="history before the first origin")] = "14d",
     workers: Annotated[int, typer.Option(help="fits run in parallel")] = 2,
 ) -> None:
-    """Backtest Prophet, seasonal-naive and last-value on the demand a trace offers."""
+    """Backtest Prophet, seasonal-naive and last-value on the demand a trace offers.
+
+    Model settings (history window, changepoint prior, interval width) are the
+    forecaster's (GPUSCHED_FORECASTER_*)."""
     step_s = parse_duration(step)
     leads = {
         h.strip(): _steps(parse_duration(h), step_s, "--horizons") for h in horizons.split(",")
@@ -72,7 +78,7 @@ def backtest_command(
         )
         raise typer.Exit(2)
     values = builder.values(series)
-    cfg = ModelConfig(step_s=step_s)
+    cfg = replace(ForecasterSettings().models(), step_s=step_s)
     every_steps = _steps(parse_duration(every), step_s, "--every")
     train_steps = _steps(parse_duration(min_train), step_s, "--min-train")
     columns = (

@@ -1,4 +1,4 @@
-"""``gpusched collect | process | sink``: run one service in the foreground.
+"""``gpusched collect | process | sink | forecast serve``: run one service in the foreground.
 
 Each reads its settings from the environment (see the README's settings table); options
 given here override them. SIGINT/SIGTERM stop the service after it has handed over what it
@@ -20,11 +20,12 @@ from pydantic_settings import BaseSettings
 from rich.console import Console
 
 from gpusched.collector import CollectorError, CollectorSettings, run_collector
+from gpusched.forecaster import ForecasterSettings, run_forecaster
 from gpusched.processor import ProcessorSettings, run_worker
 from gpusched.sink import SinkSettings, run_sink
 from gpusched.store import StoreError, StoreSettings
 
-__all__ = ["collect", "process", "sink"]
+__all__ = ["collect", "forecast", "process", "sink"]
 
 console = Console(stderr=True)
 S = TypeVar("S", bound=BaseSettings)
@@ -106,3 +107,16 @@ def sink(
     except StoreError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
+
+
+def forecast(
+    refit: Annotated[float | None, typer.Option(help="seconds between refits")] = None,
+    rounds: Annotated[int | None, typer.Option(help="stop after this many refits")] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "info",
+) -> None:
+    """Forecast GPU demand from the job events; publish to the forecasts topic."""
+    _logging(log_level)
+    settings = _settings(ForecasterSettings, forecaster_refit_s=refit)
+    store = _settings(StoreSettings)
+    published = _until_signal(lambda stop: run_forecaster(settings, store, stop, rounds))
+    console.print(f"{published} forecasts published")

@@ -9,16 +9,14 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
-
 from gpusched.collector.errors import NoGpuSource
 from gpusched.collector.nvml import NvmlSource
 from gpusched.collector.occupancy import Occupancy
 from gpusched.collector.publisher import TelemetryPublisher
 from gpusched.collector.settings import CollectorSettings
 from gpusched.collector.simulated import SimulatedSource
-from gpusched.contracts import ContractError, JobEvent, decode
+from gpusched.contracts import JobEvent
+from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.topics import JOBS, TELEMETRY
 from gpusched.sim import load_cluster
 
@@ -56,42 +54,6 @@ def build_source(settings: CollectorSettings, occupancy: Occupancy) -> NvmlSourc
     return NvmlSource(occupancy, settings.collector_interval_s, settings.collector_node_id)
 
 
-async def follow_jobs(
-    bootstrap: str, topic: str, occupancy: Occupancy, caught_up: asyncio.Event
-) -> None:
-    """Fold the jobs topic, from its start, into ``occupancy``; set ``caught_up`` once what
-    was there at start is read (runs until cancelled)."""
-    while True:
-        consumer = AIOKafkaConsumer(
-            topic,
-            bootstrap_servers=bootstrap,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-        )  # no group: every partition, from the start
-        try:
-            await consumer.start()
-            ends: dict[TopicPartition, int] | None = None
-            while True:
-                batches = await consumer.getmany(timeout_ms=200)
-                for records in batches.values():
-                    for record in records:
-                        try:
-                            occupancy.apply(decode(JobEvent, record.value or b""))
-                        except ContractError:
-                            continue  # the sink dead-letters it; here it only has no effect
-                if ends is None and consumer.assignment():
-                    ends = await consumer.end_offsets(list(consumer.assignment()))
-                if ends is not None and not caught_up.is_set():
-                    positions = {tp: await consumer.position(tp) for tp in ends}
-                    if all(positions[tp] >= end for tp, end in ends.items()):
-                        caught_up.set()
-        except (KafkaError, OSError) as exc:
-            log.warning("jobs topic unreachable (%s); retrying", exc.__class__.__name__)
-            await asyncio.sleep(1.0)
-        finally:
-            await consumer.stop()
-
-
 async def run_collector(
     settings: CollectorSettings, stop: asyncio.Event | None = None
 ) -> CollectorStats:
@@ -104,7 +66,9 @@ async def run_collector(
         bootstrap, TELEMETRY.name(prefix), settings.collector_buffer_samples
     )
     caught_up = asyncio.Event()
-    follower = asyncio.create_task(follow_jobs(bootstrap, JOBS.name(prefix), occupancy, caught_up))
+    follower = asyncio.create_task(
+        follow_topic(bootstrap, JOBS.name(prefix), JobEvent, occupancy.apply, caught_up)
+    )
     try:  # start from what the backend says runs now, not from an empty cluster
         await asyncio.wait_for(caught_up.wait(), _CATCH_UP_S)
     except TimeoutError:

@@ -1,6 +1,7 @@
 """gpusched.forecaster: demand series from job events, Prophet forecasts with calibrated
 intervals (seasonal-naive fallback), and the outlook the dynamic policy reads."""
 
+from gpusched.forecaster.app import run_forecaster
 from gpusched.forecaster.backtest import backtest
 from gpusched.forecaster.fitting import FitTask, fit_many
 from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, forecast_auto
@@ -21,4 +22,5 @@ __all__ = [
     "fit_many",
     "forecast_auto",
     "offered_demand",
+    "run_forecaster",
 ]

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, wait
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from gpusched.forecaster.models import MODELS, Forecast, ModelConfig, forecast_auto, seasonal_naive
 
-__all__ = ["FitTask", "fit_many"]
+__all__ = ["FitTask", "fit_many", "submit_fits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +34,13 @@ def _fit(task: FitTask, cfg: ModelConfig) -> Forecast:
     if task.model == "auto":
         return forecast_auto(task.history, task.start, task.horizon, cfg)
     return MODELS[task.model](task.history, task.start, task.horizon, cfg)
+
+
+def submit_fits(
+    pool: Executor, tasks: Mapping[str, FitTask], cfg: ModelConfig
+) -> dict[str, Future[Forecast]]:
+    """Start every task on ``pool``; the caller collects the futures when it needs them."""
+    return {name: pool.submit(_fit, task, cfg) for name, task in tasks.items()}
 
 
 def fit_many(
@@ -55,9 +62,7 @@ def fit_many(
     out = {}
     pool = ProcessPoolExecutor(max_workers=max(workers, 1))
     try:
-        futures: dict[Future[Forecast], str] = {
-            pool.submit(_fit, task, cfg): name for name, task in tasks.items()
-        }
+        futures = {future: name for name, future in submit_fits(pool, tasks, cfg).items()}
         pending = set(futures)
         while pending:
             timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)

@@ -28,7 +28,3 @@ class SinkSettings(KafkaSettings):
     sink_sql_port: int = Field(
         default=18123, ge=0, le=65535, description="port of the read-only SQL endpoint (0: off)"
     )
-    sink_sql_url: str = Field(
-        default="http://127.0.0.1:18123",
-        description="where `gpusched sql` finds the sink's SQL endpoint (embedded store)",
-    )
