@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from aiokafka import AIOKafkaProducer
 
 __all__ = ["Pipeline", "free_port", "produce", "write_cluster"]
 
+T = TypeVar("T")
 GPUSCHED = Path(sys.executable).parent / "gpusched"
 
 
@@ -145,13 +146,15 @@ class Pipeline:
     def scalar(self, query: str) -> Any:
         return self.sql(query)[0][0]
 
-    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = 120.0) -> None:
-        """Poll ``check`` until true; fail naming ``what`` and the services' log tails."""
+    def wait_for(self, what: str, check: Callable[[], T], timeout: float = 120.0) -> T:
+        """Poll ``check`` until its answer is true, and return that answer; fail naming
+        ``what`` and the services' log tails."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if check():
-                    return
+                answer = check()
+                if answer:
+                    return answer
             except (httpx.HTTPError, AssertionError):
                 pass
             time.sleep(0.5)

@@ -1,0 +1,145 @@
+"""The forecaster on the real local broker and the chDB engine: job events in, forecasts
+out, stored by the sink; and job history read back from the store at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from gpusched.contracts import DemandForecast, JobEvent, JobRequest, decode, encode
+from gpusched.contracts.topics import FORECASTS, JOBS
+from local_broker import ensure_topics
+from tests.pipeline import Pipeline, produce
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+HOUR = timedelta(hours=1)
+
+
+def _history(now: datetime) -> list[JobEvent]:
+    """Three days of jobs from team-a (4 GPUs each, every hour, 1 h long, 8 by day and 2 by
+    night) and the last six hours of jobs from team-b: too little history for Prophet."""
+    events: list[JobEvent] = []
+    start = now - 72 * HOUR
+    for h in range(72):
+        at = start + h * HOUR
+        per_hour = 8 if at.hour in range(8, 20) else 2
+        for k in range(per_hour):
+            events += _job(f"a-{h}-{k}", "team-a", "normal", at + k * timedelta(minutes=5))
+    for h in range(66, 72):
+        events += _job(f"b-{h}", "team-b", "high", start + h * HOUR)
+    return [e for e in events if e.ts <= now]  # the last hour's jobs still run
+
+
+def _job(job_id: str, tenant: str, cls: str, at: datetime) -> list[JobEvent]:
+    request = JobRequest(num_gpu=4, gpu_models=("V100",))
+    return [
+        JobEvent(
+            job_id=job_id,
+            type="submitted",
+            ts=at,
+            tenant=tenant,
+            priority_class=cls,
+            request=request,
+        ),
+        JobEvent(job_id=job_id, type="finished", ts=at + HOUR, tenant=tenant, priority_class=cls),
+    ]
+
+
+def _send(p: Pipeline, prefix: str, events: list[JobEvent]) -> None:
+    produce(p.bootstrap, [(JOBS.name(prefix), e.job_id.encode(), encode(e)) for e in events])
+
+
+def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
+    p = pipeline
+    now = datetime.now(UTC)
+    events = _history(now)
+    p.start("sink")
+    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
+    _send(p, p.prefix, events)
+
+    out = p.run("forecast", "serve", "--rounds", "1", timeout=300)
+    assert "forecasts published" in out
+
+    rows = p.wait_for(
+        "the forecasts in ClickHouse",
+        lambda: p.sql(
+            "SELECT series, any(model), any(note), count(), min(lower <= yhat AND yhat <= upper)"
+            " FROM forecasts FINAL GROUP BY series ORDER BY series"
+        ),
+        timeout=60,
+    )
+    by_series = {r[0]: r[1:] for r in rows}
+    expected = {
+        f"{metric}/{scope}"
+        for metric in ("gpu_demand", "arrivals")
+        for scope in (
+            "all",
+            "model=V100",
+            "tenant=team-a",
+            "tenant=team-b",
+            "class=normal",
+            "class=high",
+        )
+    }
+    assert set(by_series) == expected
+    model, note, points, ordered = by_series["gpu_demand/tenant=team-a"]
+    assert (model, note, points, ordered) == ("prophet", None, 36, 1)  # 6 h of 10 min
+    # team-b is seen only in the last six hours: the same series start (zeros before it
+    # was first seen) gives it three days too, so it is fitted by Prophet as well ...
+    assert by_series["gpu_demand/tenant=team-b"][0] == "prophet"
+    # ... and the forecast reaches 6 h past the last closed step, from now.
+    first, last = p.sql(
+        "SELECT min(target_ts), max(target_ts) FROM forecasts FINAL WHERE series = 'gpu_demand/all'"
+    )[0]
+    assert datetime.fromisoformat(str(first)).replace(tzinfo=UTC) <= now + timedelta(minutes=10)
+    span = datetime.fromisoformat(str(last)) - datetime.fromisoformat(str(first))
+    assert span == timedelta(minutes=350)
+    assert (
+        p.scalar("SELECT max(yhat) FROM forecasts FINAL WHERE series = 'gpu_demand/tenant=team-a'")
+        > 0
+    )
+
+
+def test_history_from_the_store_and_the_fallback(pipeline: Pipeline, topic_prefix: str) -> None:
+    """A forecaster whose jobs topic is empty still forecasts from the store's history;
+    with under two days of it every series falls back to seasonal-naive and says so."""
+    p = pipeline
+    now = datetime.now(UTC)
+    recent = [e for e in _history(now) if e.ts >= now - 36 * HOUR]
+    p.start("sink")
+    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
+    _send(p, p.prefix, recent)
+    p.wait_for(
+        "the job events in ClickHouse",
+        lambda: p.scalar("SELECT count() FROM job_events") >= len(recent),
+    )
+
+    other = f"{topic_prefix}empty."  # same store, a jobs topic with nothing in it
+    ensure_topics(p.bootstrap, other)
+    p.run("forecast", "serve", "--rounds", "1", timeout=300, GPUSCHED_TOPIC_PREFIX=other)
+    forecasts = asyncio.run(_read_forecasts(p.bootstrap, FORECASTS.name(other)))
+    demand = forecasts["gpu_demand/all"]
+    assert demand.model == "seasonal_naive"
+    assert demand.note is not None
+    assert "Prophet" in demand.note
+    assert len(demand.points) == 36
+    assert json.loads(demand.model_dump_json())["metric"] == "gpu_demand"
+
+
+async def _read_forecasts(bootstrap: str, topic: str) -> dict[str, DemandForecast]:
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        batches = await consumer.getmany(timeout_ms=10_000)
+        return {
+            f.series: f
+            for records in batches.values()
+            for f in (decode(DemandForecast, r.value or b"") for r in records)
+        }
+    finally:
+        await consumer.stop()
