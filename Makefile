@@ -36,11 +36,14 @@ TRACES ?= ../shared/traces
 REPLAY := $(RUN) gpusched replay
 
 .PHONY: results
-results: install ## Re-run the replays of docs/results.md into .bench/ and print their tables (~15 min)
+results: install ## Re-run the replays and backtest of docs/results.md into .bench/ and print their tables (~20 min)
 	$(REPLAY) --jobs $(TRACES)/philly_dev.jobs.csv --cluster $(TRACES)/philly_512gpu.cluster.csv \
+		--policies fifo,backfill,tiresias,srpt-oracle,dynamic,dynamic-noforecast \
 		--json .bench/philly_dev_512.json --report .bench/philly_dev_512.html
 	$(REPLAY) --jobs $(TRACES)/philly_dev.jobs.csv --cluster $(TRACES)/philly_1024gpu.cluster.csv \
-		--policies fifo,tiresias,dynamic --json .bench/philly_dev_1024.json
+		--policies fifo,tiresias,dynamic,dynamic-noforecast --json .bench/philly_dev_1024.json
+	$(RUN) gpusched forecast backtest --jobs $(TRACES)/philly_dev.jobs.csv --step 10m \
+		--horizons 1h,6h --json .bench/backtest_philly_dev.json
 	$(REPLAY) --jobs $(TRACES)/openb_default.jobs.csv --cluster $(TRACES)/openb.cluster.csv \
 		--json .bench/openb_default.json
 	for v in gpushare40 multigpu20 cpu050; do for p in spread bestfit fgd; do \

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from gpusched.core import Scheduler, make_placement, make_policy
+from gpusched.forecaster import ForecastOutlook
 from gpusched.sim import load_cluster, load_jobs, replay
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +40,7 @@ def run() -> dict[str, float]:
         TRACES / "philly_dev.jobs.csv",
         TRACES / "philly_512gpu.cluster.csv",
         ["fifo", "backfill", "tiresias", "srpt-oracle", "dynamic"],
+        outlook=ForecastOutlook.from_settings,  # as `gpusched replay` runs dynamic
     )
     replay_s = time.perf_counter() - start
     return {

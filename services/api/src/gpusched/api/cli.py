@@ -15,7 +15,7 @@ from gpusched.api.forecast_command import forecast_app
 from gpusched.api.service_commands import collect, process, sink
 from gpusched.api.sql_command import sql
 from gpusched.core import CoreError
-from gpusched.forecaster import ForecasterSettings, ForecastOutlook
+from gpusched.forecaster import ForecastOutlook
 from gpusched.sim import SimError, replay
 from gpusched.sim.report import write_report
 
@@ -56,18 +56,6 @@ app.command("process")(process)
 app.command("sink")(sink)
 app.command("sql")(sql)
 app.add_typer(forecast_app, name="forecast")
-
-
-def _outlook() -> ForecastOutlook:
-    """The forecaster, fitted on the replayed cluster's past as it runs (``dynamic``)."""
-    settings = ForecasterSettings()
-    return ForecastOutlook(
-        settings.models(),
-        refit_s=settings.forecaster_replay_refit_s,
-        horizon_s=settings.forecaster_horizon_s,
-        classes=settings.classes,
-        workers=settings.forecaster_workers,
-    )
 
 
 @app.command("replay")
@@ -121,7 +109,7 @@ def replay_command(
                 seed,
                 on_start=on_start,
                 on_progress=on_progress,
-                outlook=_outlook,
+                outlook=ForecastOutlook.from_settings,
             )
         except (SimError, CoreError) as exc:
             console.print(f"[red]error:[/] {exc}")

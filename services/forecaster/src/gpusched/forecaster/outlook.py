@@ -24,6 +24,7 @@ from gpusched.core import Job
 from gpusched.forecaster.fitting import FitTask, submit_fits
 from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, local_scale
 from gpusched.forecaster.series import JobDemand, SeriesBuilder
+from gpusched.forecaster.settings import ForecasterSettings
 
 __all__ = ["ForecastOutlook"]
 
@@ -59,6 +60,19 @@ class ForecastOutlook:
         # A fit under way: when to use it, its history, and the futures of its forecasts.
         self._fitting: tuple[float, dict[str, np.ndarray], dict[str, Future[Forecast]]] | None
         self._fitting = None
+
+    @classmethod
+    def from_settings(cls, settings: ForecasterSettings | None = None) -> ForecastOutlook:
+        """The forecaster as configured (GPUSCHED_FORECASTER_*), refitting every
+        ``forecaster_replay_refit_s`` of simulated time: what ``gpusched replay`` uses."""
+        settings = settings or ForecasterSettings()
+        return cls(
+            settings.models(),
+            refit_s=settings.forecaster_replay_refit_s,
+            horizon_s=settings.forecaster_horizon_s,
+            classes=settings.classes,
+            workers=settings.forecaster_workers,
+        )
 
     # -- what happened ------------------------------------------------------------------
     def submitted(self, job: Job, now: float) -> None:

@@ -151,8 +151,8 @@ def offered_demand(
     offers, independent of any scheduler: what the backtest forecasts.
     """
     events: list[tuple[float, int, str, JobDemand | None]] = []
-    for job_id, submit, duration, demand in jobs:
-        events.append((submit, 1, job_id, demand))
+    for job_id, submit, duration, job_demand in jobs:
+        events.append((submit, 1, job_id, job_demand))
         events.append((submit + duration, 0, job_id, None))  # an end before a submit at t
     if not events:
         raise ValueError("no jobs: nothing to build a series from")
