@@ -12,7 +12,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gpusched.api.forecast_command import forecast_app
-from gpusched.api.service_commands import collect, process, sink
+from gpusched.api.service_commands import (
+    api,
+    collect,
+    dispatch,
+    process,
+    simcluster,
+    sink,
+    status,
+    submit,
+)
 from gpusched.api.sql_command import sql
 from gpusched.core import CoreError
 from gpusched.forecaster import ForecastOutlook
@@ -55,6 +64,11 @@ app.command("collect")(collect)
 app.command("process")(process)
 app.command("sink")(sink)
 app.command("sql")(sql)
+app.command("simcluster")(simcluster)
+app.command("dispatch")(dispatch)
+app.command("api")(api)
+app.command("submit")(submit)
+app.command("status")(status)
 app.add_typer(forecast_app, name="forecast")
 
 

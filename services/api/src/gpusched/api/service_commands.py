@@ -8,6 +8,7 @@ holds (the collector's buffer, the sink's current batch).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 from collections.abc import Awaitable, Callable
@@ -15,17 +16,42 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+import uvicorn
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 from rich.console import Console
 
+from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status, publish
+from gpusched.api.rest import ApiSettings, rest_app
 from gpusched.collector import CollectorError, CollectorSettings, run_collector
+from gpusched.core import CoreError, make_policy
+from gpusched.dispatcher import (
+    BackendError,
+    DispatcherSettings,
+    SimBackend,
+    SimCluster,
+    SimClusterSettings,
+    run_dispatcher,
+    simcluster_app,
+    trace_durations,
+)
 from gpusched.forecaster import ForecasterSettings, run_forecaster
 from gpusched.processor import ProcessorSettings, run_worker
+from gpusched.sim import SimError, load_cluster
 from gpusched.sink import SinkSettings, run_sink
 from gpusched.store import StoreError, StoreSettings
 
-__all__ = ["collect", "forecast", "process", "sink"]
+__all__ = [
+    "api",
+    "collect",
+    "dispatch",
+    "forecast",
+    "process",
+    "simcluster",
+    "sink",
+    "status",
+    "submit",
+]
 
 console = Console(stderr=True)
 S = TypeVar("S", bound=BaseSettings)
@@ -120,3 +146,130 @@ def forecast(
     store = _settings(StoreSettings)
     published = _until_signal(lambda stop: run_forecaster(settings, store, stop, rounds))
     console.print(f"{published} forecasts published")
+
+
+def simcluster(
+    cluster: Annotated[Path | None, typer.Option(help="*.cluster.csv of the nodes")] = None,
+    trace: Annotated[Path | None, typer.Option(help="*.jobs.csv giving run times by id")] = None,
+    speed: Annotated[float | None, typer.Option(help="divide run times by this")] = None,
+    port: Annotated[int | None, typer.Option(help="listen port")] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "warning",
+) -> None:
+    """Run a simulated cluster (the `sim` backend's cluster) over HTTP."""
+    _logging(log_level)
+    settings = _settings(
+        SimClusterSettings,
+        simcluster_cluster=cluster,
+        simcluster_trace=trace,
+        simcluster_speed=speed,
+        simcluster_port=port,
+    )
+    if settings.simcluster_cluster is None:
+        console.print("[red]error:[/] give --cluster (or GPUSCHED_SIMCLUSTER_CLUSTER)")
+        raise typer.Exit(2)
+    try:
+        nodes = load_cluster(settings.simcluster_cluster)
+        durations = trace_durations(settings.simcluster_trace)
+    except SimError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    sim = SimCluster(
+        nodes, durations, settings.simcluster_speed, settings.simcluster_default_duration_s
+    )
+    uvicorn.run(
+        simcluster_app(sim),
+        host=settings.simcluster_host,
+        port=settings.simcluster_port,
+        log_level=log_level,
+    )
+
+
+def dispatch(
+    policy: Annotated[str | None, typer.Option(help="scheduling policy")] = None,
+    sim_url: Annotated[str | None, typer.Option(help="the simulated cluster's URL")] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "info",
+) -> None:
+    """Run the dispatcher: scheduling cycles applied through the cluster backend."""
+    _logging(log_level)
+    settings = _settings(DispatcherSettings, dispatcher_policy=policy, dispatcher_sim_url=sim_url)
+    try:
+        make_policy(settings.dispatcher_policy)
+    except CoreError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    backend = SimBackend(settings.dispatcher_sim_url)
+    try:
+        stats = _until_signal(lambda stop: run_dispatcher(settings, backend, stop))
+    except BackendError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(f"{stats.applied} decisions applied, {stats.refused} refused")
+
+
+def api(
+    port: Annotated[int | None, typer.Option(help="listen port")] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "warning",
+) -> None:
+    """Serve the REST API (submit, status, cancel; OpenAPI at /openapi.json)."""
+    _logging(log_level)
+    settings = _settings(ApiSettings, api_port=port)
+    app = rest_app(settings, _settings(StoreSettings))
+    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=log_level)
+
+
+def submit(
+    gpus: Annotated[float, typer.Option(help="GPUs at once (0 < x < 1: a share of one)")],
+    gpu_model: Annotated[str | None, typer.Option(help="GPU model (default: any)")] = None,
+    tenant: Annotated[str, typer.Option(help="tenant / team")] = "default",
+    priority_class: Annotated[str, typer.Option(help="priority class")] = "normal",
+    job_id: Annotated[str | None, typer.Option(help="job id (default: a new one)")] = None,
+) -> None:
+    """Submit a job to the jobs topic; prints its id."""
+    settings = _settings(ApiSettings)
+    try:
+        job = SubmitJob(
+            gpus=gpus,
+            gpu_model=gpu_model,
+            tenant=tenant,
+            priority_class=priority_class,
+            job_id=job_id,
+        )
+        event = job.event(cluster_models())
+    except ValidationError as exc:
+        console.print(f"[red]invalid job:[/] {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}")
+        raise typer.Exit(2) from exc
+    except InvalidJob as exc:
+        console.print(f"[red]invalid job:[/] {exc}")
+        raise typer.Exit(2) from exc
+    asyncio.run(publish(settings.kafka_bootstrap_servers, settings.topic_prefix, [event]))
+    typer.echo(event.job_id)
+
+
+def status(
+    job_id: Annotated[str, typer.Argument(help="the job id `gpusched submit` printed")],
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """A job's state, node(s), priority, its components and why it is pending."""
+    try:
+        found = job_status(job_id)
+    except InvalidJob as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    except StoreError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    if found is None:
+        console.print(f"[yellow]no job {job_id} in the store (yet)[/]")
+        raise typer.Exit(1)
+    if as_json:
+        typer.echo(json.dumps(found.as_dict(), default=str))
+        return
+    typer.echo(f"{found.job_id}: {found.state} since {found.since}")
+    if found.node_ids:
+        typer.echo(f"  nodes: {', '.join(found.node_ids)}")
+    if found.priority:
+        p = found.priority
+        parts = ", ".join(f"{k} {v:.3g}" for k, v in p["components"].items())
+        typer.echo(f"  priority ({p['policy']}): {p['score']:.3g} = {parts}")
+        if p["pending_reason"]:
+            typer.echo(f"  pending: {p['pending_reason']}")

@@ -1,0 +1,93 @@
+"""The REST API (FastAPI; OpenAPI at /openapi.json, docs at /docs): submit, look up and
+cancel jobs. Run it with ``gpusched api``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status
+from gpusched.contracts import JobEvent, JobEventType, KafkaSettings, encode
+from gpusched.contracts.topics import JOBS
+from gpusched.store import StoreError, StoreSettings
+
+__all__ = ["ApiSettings", "rest_app"]
+
+
+class ApiSettings(KafkaSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
+
+    api_host: str = Field(default="127.0.0.1", description="REST API listen address")
+    api_port: int = Field(default=18080, ge=1, le=65535, description="REST API port")
+    api_catalog_ttl_s: float = Field(
+        default=30.0, ge=0, description="how long the cluster's GPU models are cached"
+    )
+
+
+def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
+    topic = JOBS.name(settings.topic_prefix)
+    catalog: dict[str, Any] = {"models": {}, "at": -1e9}
+
+    async def models() -> dict[str, int]:
+        if time.monotonic() - catalog["at"] > settings.api_catalog_ttl_s:
+            catalog["models"] = await asyncio.to_thread(cluster_models, store)
+            catalog["at"] = time.monotonic()
+        known: dict[str, int] = catalog["models"]
+        return known
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await producer.start()
+        try:
+            yield
+        finally:
+            await producer.stop()
+
+    app = FastAPI(title="gpusched", version="1", lifespan=lifespan)
+
+    @app.exception_handler(InvalidJob)
+    async def invalid(_: Any, exc: InvalidJob) -> JSONResponse:
+        detail = [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.post("/jobs", status_code=201)
+    async def submit(job: SubmitJob) -> dict[str, str]:
+        """Validate a job and publish it to the jobs topic; its id comes back."""
+        event = job.event(await models())
+        await producer.send_and_wait(topic, encode(event), key=event.job_id.encode())
+        return {"job_id": event.job_id, "status": f"/jobs/{event.job_id}"}
+
+    @app.get("/jobs/{job_id}")
+    async def status(job_id: str) -> dict[str, Any]:
+        """State, nodes, priority with its components, and why it waits (from the store)."""
+        try:
+            found = await asyncio.to_thread(job_status, job_id, store)
+        except StoreError as exc:
+            raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+        if found is None:
+            raise HTTPException(404, f"no job {job_id} in the store (yet)")
+        return found.as_dict()
+
+    @app.delete("/jobs/{job_id}", status_code=202)
+    async def cancel(job_id: str) -> dict[str, str]:
+        """Ask for a job to be cancelled (pending: withdrawn; running: stopped)."""
+        event = JobEvent(event_id=f"user-{uuid.uuid4().hex}", job_id=job_id, type=JobEventType.CANCELLED)
+        await producer.send_and_wait(topic, encode(event), key=job_id.encode())
+        return {"job_id": job_id, "status": "cancel requested"}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
