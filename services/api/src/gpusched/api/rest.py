@@ -82,7 +82,9 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     @app.delete("/jobs/{job_id}", status_code=202)
     async def cancel(job_id: str) -> dict[str, str]:
         """Ask for a job to be cancelled (pending: withdrawn; running: stopped)."""
-        event = JobEvent(event_id=f"user-{uuid.uuid4().hex}", job_id=job_id, type=JobEventType.CANCELLED)
+        event = JobEvent(
+            event_id=f"user-{uuid.uuid4().hex}", job_id=job_id, type=JobEventType.CANCELLED
+        )
         await producer.send_and_wait(topic, encode(event), key=job_id.encode())
         return {"job_id": job_id, "status": "cancel requested"}
 
