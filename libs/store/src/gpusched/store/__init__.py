@@ -4,7 +4,7 @@ from gpusched.store.connection import connect
 from gpusched.store.errors import MigrationError, StoreError, UnsupportedDsn
 from gpusched.store.migrations import Migration, applied_migrations, load_migrations, migrate
 from gpusched.store.reader import QueryAnswer, QueryRefused, StoreUnreachable, read_query
-from gpusched.store.settings import StoreSettings
+from gpusched.store.settings import StoreSettings, checkout_root
 from gpusched.store.store import Store
 from gpusched.store.tables import TABLES, TableSpec, table_for
 
@@ -21,6 +21,7 @@ __all__ = [
     "TableSpec",
     "UnsupportedDsn",
     "applied_migrations",
+    "checkout_root",
     "connect",
     "load_migrations",
     "migrate",

@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpusched.api.feed import feed
 from gpusched.api.forecast_command import forecast_app
+from gpusched.api.platform import up
 from gpusched.api.service_commands import (
     api,
     collect,
@@ -69,6 +71,8 @@ app.command("dispatch")(dispatch)
 app.command("api")(api)
 app.command("submit")(submit)
 app.command("status")(status)
+app.command("feed")(feed)
+app.command("up")(up)
 app.add_typer(forecast_app, name="forecast")
 
 

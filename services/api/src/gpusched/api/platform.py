@@ -1,0 +1,218 @@
+"""``gpusched up``: the whole platform on one machine, as processes, until Ctrl-C.
+
+It starts the local Kafka broker (unless KAFKA_BOOTSTRAP_SERVERS names one) and the
+topics, then the sink, the processor, the forecaster, a simulated cluster, the
+dispatcher, a simulated collector, the REST API and a trace feeder, each as
+``gpusched <service>`` with its output in ``<run dir>/<service>.log`` and its pid in
+``<run dir>/<service>.pid``. A service that dies is started again (a supervisor's
+job), so killing the dispatcher mid-run is survivable, as a crash should be. Ctrl-C
+(or SIGTERM) stops everything it started, in reverse order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.console import Console
+
+from gpusched.store import StoreSettings, checkout_root
+
+__all__ = ["up"]
+
+console = Console(stderr=True)
+GPUSCHED = Path(sys.executable).parent / "gpusched"
+
+
+@dataclass
+class Service:
+    name: str
+    args: list[str]
+    ready: str | None = None  # URL that answers once the service is up
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+
+
+@dataclass
+class Supervisor:
+    run_dir: Path
+    env: dict[str, str]
+    services: list[Service] = field(default_factory=list)
+
+    def start(self, service: Service, wait_s: float = 60.0) -> None:
+        log = (self.run_dir / f"{service.name}.log").open("ab")
+        service.proc = subprocess.Popen(
+            [str(GPUSCHED), *service.args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        (self.run_dir / f"{service.name}.pid").write_text(f"{service.proc.pid}\n")
+        if service not in self.services:
+            self.services.append(service)
+        if service.ready:
+            self._wait(service, wait_s)
+
+    def _wait(self, service: Service, wait_s: float) -> None:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            assert service.proc is not None
+            if service.proc.poll() is not None:
+                raise typer.Exit(self._failed(service))
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(service.ready or "", timeout=2).status_code < 500:
+                    return
+            time.sleep(0.3)
+        raise typer.Exit(self._failed(service))
+
+    def _failed(self, service: Service) -> int:
+        tail = (self.run_dir / f"{service.name}.log").read_text(errors="replace")[-2000:]
+        console.print(f"[red]{service.name} did not start[/]; its log ends:\n{tail}")
+        return 1
+
+    def watch(self, stop: list[bool], one_shot: tuple[str, ...]) -> None:
+        """Restart what dies (except one-shot services) until ``stop[0]``."""
+        while not stop[0]:
+            for s in self.services:
+                if s.proc is not None and s.proc.poll() is not None and s.name not in one_shot:
+                    s.restarts += 1
+                    console.print(
+                        f"[yellow]{s.name} exited ({s.proc.returncode}); restart {s.restarts}[/]"
+                    )
+                    self.start(s, wait_s=120)
+            time.sleep(0.5)
+
+    def stop_all(self) -> None:
+        for s in reversed(self.services):
+            if s.proc is not None and s.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(s.proc.pid, signal.SIGTERM)
+        for s in reversed(self.services):
+            if s.proc is None:
+                continue
+            try:
+                s.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(s.proc.pid, signal.SIGKILL)
+                s.proc.wait(timeout=10)
+            (self.run_dir / f"{s.name}.pid").unlink(missing_ok=True)
+
+
+def up(
+    cluster: Annotated[
+        Path | None, typer.Option(help="*.cluster.csv of the simulated cluster")
+    ] = None,
+    trace: Annotated[
+        str, typer.Option(help="*.jobs.csv fed as live load ('none': no feeder)")
+    ] = "",
+    speed: Annotated[
+        float, typer.Option(help="time compression of the trace and the cluster")
+    ] = 600.0,
+    run_dir: Annotated[Path | None, typer.Option(help="logs and pids (default var/run)")] = None,
+    api_port: Annotated[int, typer.Option(help="REST API port")] = 18080,
+    sim_port: Annotated[int, typer.Option(help="simulated cluster port")] = 18200,
+    collect_interval: Annotated[
+        float, typer.Option(help="seconds between telemetry rounds")
+    ] = 10.0,
+) -> None:
+    """Start the platform (broker, sink, processor, forecaster, simulated cluster,
+    dispatcher, collector, API, trace feeder) and keep it up until Ctrl-C."""
+    root = checkout_root()
+    traces = root.parent / "shared" / "traces"
+    cluster = cluster or traces / "openb.cluster.csv"
+    feed_trace = (
+        None if trace == "none" else Path(trace) if trace else traces / "openb_default.jobs.csv"
+    )
+    run_dir = run_dir or root / "var" / "run"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    broker = None
+    if not env.get("KAFKA_BOOTSTRAP_SERVERS"):
+        sys.path.insert(0, str(root / "infra" / "kafka"))
+        from local_broker import LocalBroker
+
+        broker = LocalBroker()
+        console.print("starting the local Kafka broker ...")
+        started = broker.up()
+        env["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
+        if not started:
+            broker = None  # it was already running: leave it running
+    from local_broker import ensure_topics
+
+    ensure_topics(env["KAFKA_BOOTSTRAP_SERVERS"], env.get("GPUSCHED_TOPIC_PREFIX", ""))
+    store = StoreSettings()
+    sql_url = env.setdefault("GPUSCHED_STORE_SQL_URL", store.sql_url)
+    env["GPUSCHED_DISPATCHER_SIM_URL"] = f"http://127.0.0.1:{sim_port}"
+    api = f"http://127.0.0.1:{api_port}"
+    sup = Supervisor(run_dir, env)
+    services = [
+        Service("sink", ["sink"], f"{sql_url}/sql?query=SELECT%201"),
+        Service("process", ["process"]),
+        Service("forecast", ["forecast", "serve"]),
+        Service(
+            "simcluster",
+            [
+                "simcluster",
+                "--cluster",
+                str(cluster),
+                "--speed",
+                str(speed),
+                "--port",
+                str(sim_port),
+            ]
+            + (["--trace", str(feed_trace)] if feed_trace else []),
+            f"http://127.0.0.1:{sim_port}/info",
+        ),
+        Service("dispatch", ["dispatch"]),
+        Service(
+            "collect",
+            [
+                "collect",
+                "--source",
+                "simulated",
+                "--cluster",
+                str(cluster),
+                "--interval",
+                str(collect_interval),
+            ],
+        ),
+        Service("api", ["api", "--port", str(api_port)], f"{api}/healthz"),
+    ]
+    if feed_trace:
+        services.append(Service("feed", ["feed", "--jobs", str(feed_trace), "--speed", str(speed)]))
+    stop = [False]
+
+    def on_signal(*_: object) -> None:
+        stop[0] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        for service in services:
+            console.print(f"starting {service.name} ...")
+            sup.start(service)
+        console.print(
+            f"\n[bold green]gpusched is up[/] (logs and pids in {run_dir})\n"
+            f"  REST API      {api}/docs   (OpenAPI: {api}/openapi.json)\n"
+            f"  submit        gpusched submit --gpus 2 --tenant me   then   gpusched status <id>\n"
+            f'  SQL           gpusched sql "SELECT type, count() FROM job_events GROUP BY type"\n'
+            f"  cluster       http://127.0.0.1:{sim_port}/nodes\n"
+            "Ctrl-C stops everything it started.\n"
+        )
+        sup.watch(stop, one_shot=("feed",))
+    finally:
+        console.print("stopping ...")
+        sup.stop_all()
+        if broker is not None:
+            broker.down()
