@@ -138,8 +138,8 @@ def up(
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     broker = None
+    sys.path.insert(0, str(root / "infra" / "kafka"))
     if not env.get("KAFKA_BOOTSTRAP_SERVERS"):
-        sys.path.insert(0, str(root / "infra" / "kafka"))
         from local_broker import LocalBroker
 
         broker = LocalBroker()

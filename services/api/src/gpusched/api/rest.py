@@ -35,8 +35,8 @@ class ApiSettings(KafkaSettings):
 
 
 def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
     topic = JOBS.name(settings.topic_prefix)
+    kafka: dict[str, AIOKafkaProducer] = {}
     catalog: dict[str, Any] = {"models": {}, "at": -1e9}
 
     async def models() -> dict[str, int]:
@@ -48,7 +48,10 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # aiokafka objects belong to the loop they are made on: uvicorn's, here.
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
         await producer.start()
+        kafka["producer"] = producer
         try:
             yield
         finally:
@@ -65,7 +68,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     async def submit(job: SubmitJob) -> dict[str, str]:
         """Validate a job and publish it to the jobs topic; its id comes back."""
         event = job.event(await models())
-        await producer.send_and_wait(topic, encode(event), key=event.job_id.encode())
+        await kafka["producer"].send_and_wait(topic, encode(event), key=event.job_id.encode())
         return {"job_id": event.job_id, "status": f"/jobs/{event.job_id}"}
 
     @app.get("/jobs/{job_id}")
@@ -85,7 +88,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         event = JobEvent(
             event_id=f"user-{uuid.uuid4().hex}", job_id=job_id, type=JobEventType.CANCELLED
         )
-        await producer.send_and_wait(topic, encode(event), key=job_id.encode())
+        await kafka["producer"].send_and_wait(topic, encode(event), key=job_id.encode())
         return {"job_id": job_id, "status": "cancel requested"}
 
     @app.get("/healthz")

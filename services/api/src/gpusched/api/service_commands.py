@@ -71,6 +71,7 @@ def _logging(level: str) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
 
 def _until_signal(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:

@@ -1,0 +1,56 @@
+"""The running platform as `make run` starts it (`gpusched up`), on the session's broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.pipeline import Pipeline, free_port, write_cluster
+
+
+@dataclass
+class Platform:
+    pipeline: Pipeline
+    api: str
+    run_dir: Path
+
+    def pid(self, service: str) -> int:
+        return int((self.run_dir / f"{service}.pid").read_text())
+
+
+@pytest.fixture
+def platform(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Platform]:
+    """16 nodes x 8 V100, no trace feeder, cluster time compressed 60x: a job not in a
+    trace runs 120 s of cluster time, 2 s of wall time."""
+    p = Pipeline(kafka_bootstrap, topic_prefix, tmp_path)
+    cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=16, gpus_per_node=8)
+    api_port, sim_port = free_port(), free_port()
+    run_dir = tmp_path / "run"
+    p.start(
+        "up",
+        "--cluster", str(cluster), "--trace", "none", "--speed", "60",
+        "--run-dir", str(run_dir), "--api-port", str(api_port), "--sim-port", str(sim_port),
+        "--collect-interval", "2",
+        GPUSCHED_SIMCLUSTER_DEFAULT_DURATION_S="120",
+    )  # fmt: skip
+    api = f"http://127.0.0.1:{api_port}"
+
+    def api_up() -> bool:
+        if "up" not in p.alive():
+            raise RuntimeError(f"gpusched up exited:\n{p.log('up')[-3000:]}")
+        return httpx.get(f"{api}/healthz").status_code == 200
+
+    try:
+        p.wait_for("the API", api_up, 180)
+        p.wait_for(
+            "the live view of all 16 nodes",
+            lambda: p.scalar("SELECT uniqExact(node_id) FROM node_views") == 16,
+            120,
+        )
+        yield Platform(p, api, run_dir)
+    finally:
+        p.stop()

@@ -1,0 +1,112 @@
+"""`make run`'s stack end to end: jobs submitted through the REST API are placed once,
+finish, and are in ClickHouse; a dispatcher killed mid-run loses and doubles nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import Platform
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+JOBS = 200
+
+
+def _submit(api: str, prefix: str, count: int) -> list[str]:
+    ids = []
+    with httpx.Client(base_url=api, timeout=30) as client:
+        for i in range(count):
+            body = {
+                "gpus": [1, 2, 4, 8, 0.5][i % 5],
+                "tenant": f"team{i % 3}",
+                "priority_class": "high" if i % 7 == 0 else "normal",
+                "job_id": f"{prefix}-{i:03d}",
+            }
+            response = client.post("/jobs", json=body)
+            assert response.status_code == 201, response.text
+            ids.append(response.json()["job_id"])
+    return ids
+
+
+def _lifecycle(platform: Platform, prefix: str) -> dict[str, dict[str, int]]:
+    rows = platform.pipeline.sql(
+        "SELECT job_id, type, count() FROM job_events FINAL "
+        f"WHERE job_id LIKE '{prefix}-%' GROUP BY job_id, type"
+    )
+    steps: dict[str, dict[str, int]] = {}
+    for job_id, kind, n in rows:
+        steps.setdefault(job_id, {})[kind] = n
+    return steps
+
+
+def _all_finished(platform: Platform, prefix: str, ids: list[str]) -> dict[str, dict[str, int]]:
+    p = platform.pipeline
+    p.wait_for(
+        f"{len(ids)} jobs finished in ClickHouse",
+        lambda: (
+            p.scalar(
+                "SELECT uniqExact(job_id) FROM job_events "
+                f"WHERE job_id LIKE '{prefix}-%' AND type = 'finished'"
+            )
+            == len(ids)
+        ),
+        timeout=240,
+    )
+    steps = _lifecycle(platform, prefix)
+    assert set(steps) == set(ids)
+    for job_id, kinds in steps.items():
+        assert kinds["submitted"] == 1, job_id
+        assert kinds["finished"] == 1, job_id
+        # Placed once, or once more after each preemption: never twice at a time.
+        assert kinds["placed"] == 1 + kinds.get("preempted", 0), (job_id, kinds)
+    return steps
+
+
+def test_two_hundred_jobs_through_the_api(platform: Platform) -> None:
+    p = platform.pipeline
+    ids = _submit(platform.api, "e2e", JOBS)
+    with httpx.Client(base_url=platform.api) as client:
+        for body, field in (
+            ({"gpus": -1}, "gpus"),
+            ({"gpus": 1.5}, "gpus"),
+            ({"gpus": 16}, "gpus"),  # no node holds a 16-GPU gang
+            ({"gpus": 1, "gpu_model": "H100"}, "gpu_model"),
+            ({"gpus": 1, "priority_class": "vip"}, "priority_class"),
+            ({"gpus": 1, "job_id": "bad id!"}, "job_id"),
+        ):
+            response = client.post("/jobs", json=body)
+            assert response.status_code == 422, (body, response.text)
+            assert response.json()["detail"][0]["loc"][-1] == field, response.text
+        assert "/jobs" in client.get("/openapi.json").json()["paths"]
+
+    steps = _all_finished(platform, "e2e", ids)
+    decisions = p.sql(
+        "SELECT job_id, count() FROM placements FINAL "
+        "WHERE action = 'place' AND job_id LIKE 'e2e-%' GROUP BY job_id"
+    )
+    placed_by_decision = {job_id: n for job_id, n in decisions}
+    for job_id, kinds in steps.items():
+        assert placed_by_decision[job_id] == kinds["placed"], job_id  # none refused
+    with httpx.Client(base_url=platform.api) as client:
+        status = client.get(f"/jobs/{ids[0]}").json()
+        assert status["state"] == "finished"
+        assert client.get("/jobs/no-such-job").status_code == 404
+
+
+def test_dispatcher_sigkill_mid_run(platform: Platform) -> None:
+    p = platform.pipeline
+    early = _submit(platform.api, "early", JOBS // 2)
+    p.wait_for(
+        "some jobs placed",
+        lambda: p.scalar("SELECT count() FROM job_events WHERE type = 'placed'") >= 20,
+    )
+    os.kill(platform.pid("dispatch"), signal.SIGKILL)
+    late = _submit(platform.api, "late", JOBS // 2)  # while no dispatcher runs
+    _all_finished(platform, "early", early)
+    _all_finished(platform, "late", late)
+    epochs = p.sql("SELECT DISTINCT epoch FROM placements ORDER BY epoch")
+    assert [e for (e,) in epochs][:2] == [0, 1]  # the restarted dispatcher is epoch 1
