@@ -4,6 +4,7 @@ SHELL := /bin/bash
 UV ?= $(shell command -v uv 2>/dev/null || echo uv)
 RUN := $(UV) run --frozen
 PYTEST_ARGS ?=
+RUN_ARGS ?=
 
 .PHONY: help
 help: ## Show this help
@@ -13,6 +14,10 @@ help: ## Show this help
 install: ## Install uv (through pip) if missing and the locked Python deps (idempotent)
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
 	@$(UV) sync --frozen --quiet
+
+.PHONY: run
+run: install ## Start the whole platform (broker, services, simulated cluster, API, openb replay); Ctrl-C stops it
+	$(RUN) gpusched up $(RUN_ARGS)
 
 .PHONY: lint
 lint: install ## Ruff (lint + format check) and mypy (strict on libs/)

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings
 from gpusched.api import ApiSettings
 from gpusched.collector import CollectorSettings
 from gpusched.contracts.asyncapi import asyncapi_json
-from gpusched.dispatcher import DispatcherSettings
+from gpusched.dispatcher import DispatcherSettings, SimClusterSettings
 from gpusched.forecaster import ForecasterSettings
 from gpusched.processor import ProcessorSettings
 from gpusched.sink import SinkSettings
@@ -30,6 +30,7 @@ SETTINGS: tuple[tuple[str, type[BaseSettings]], ...] = (
     ("processor", ProcessorSettings),
     ("forecaster", ForecasterSettings),
     ("dispatcher", DispatcherSettings),
+    ("simcluster", SimClusterSettings),
     ("sink", SinkSettings),
     ("api", ApiSettings),
 )

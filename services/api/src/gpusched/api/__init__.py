@@ -1,4 +1,4 @@
-"""gpusched.api — skeleton: its capability arrives with its own issue (see README)."""
+"""gpusched.api: the `gpusched` command line and the REST API."""
 
 from gpusched.api.settings import ApiSettings
 

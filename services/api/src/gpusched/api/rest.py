@@ -13,25 +13,14 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
-from pydantic import Field
-from pydantic_settings import SettingsConfigDict
 
 from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status
-from gpusched.contracts import JobEvent, JobEventType, KafkaSettings, encode
+from gpusched.api.settings import ApiSettings
+from gpusched.contracts import JobEvent, JobEventType, encode
 from gpusched.contracts.topics import JOBS
 from gpusched.store import StoreError, StoreSettings
 
-__all__ = ["ApiSettings", "rest_app"]
-
-
-class ApiSettings(KafkaSettings):
-    model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
-
-    api_host: str = Field(default="127.0.0.1", description="REST API listen address")
-    api_port: int = Field(default=18080, ge=1, le=65535, description="REST API port")
-    api_catalog_ttl_s: float = Field(
-        default=30.0, ge=0, description="how long the cluster's GPU models are cached"
-    )
+__all__ = ["rest_app"]
 
 
 def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:

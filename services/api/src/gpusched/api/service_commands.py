@@ -22,7 +22,8 @@ from pydantic_settings import BaseSettings
 from rich.console import Console
 
 from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status, publish
-from gpusched.api.rest import ApiSettings, rest_app
+from gpusched.api.rest import rest_app
+from gpusched.api.settings import ApiSettings
 from gpusched.collector import CollectorError, CollectorSettings, run_collector
 from gpusched.core import CoreError, make_policy
 from gpusched.dispatcher import (

@@ -1,7 +1,8 @@
-"""Settings of the api service (environment, prefix GPUSCHED_)."""
+"""Settings of the REST API (environment, prefix GPUSCHED_API_ for its own)."""
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gpusched.contracts import KafkaSettings
@@ -10,6 +11,12 @@ __all__ = ["ApiSettings"]
 
 
 class ApiSettings(KafkaSettings):
-    """The api's settings; its own fields arrive with the issue that builds it."""
+    """Where the REST API listens, and how fresh its view of the cluster's GPUs is."""
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
+
+    api_host: str = Field(default="127.0.0.1", description="REST API listen address")
+    api_port: int = Field(default=18080, ge=1, le=65535, description="REST API port")
+    api_catalog_ttl_s: float = Field(
+        default=30.0, ge=0, description="how long the cluster's GPU models are cached"
+    )
