@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -28,11 +27,11 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from gpusched.contracts import GpuTelemetrySample, NodeView, decode, encode
 from gpusched.contracts.topics import TELEMETRY, VIEW
-from local_broker import LocalBroker, ensure_topics, external_bootstrap
 from samples import telemetry_samples
+from services import broker_and_prefix, quantile, start, stop
 
 GPUS, ROUNDS = 10_000, 20
-GPUSCHED = Path(sys.executable).parent / "gpusched"
+GPUSCHED = Path(sys.executable).parent / "gpusched"  # the collector runs to its end
 
 
 async def _produce(bootstrap: str, topic: str, payloads: list[tuple[bytes, bytes]]) -> None:
@@ -86,24 +85,6 @@ async def _group_rate(bootstrap: str, group: str, topic: str, total: int) -> flo
         await admin.close()
 
 
-def _start(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [str(GPUSCHED), command],
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 async def _latencies(bootstrap: str, topic: str, seconds: float) -> list[float]:
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="latest")
     await consumer.start()
@@ -120,20 +101,12 @@ async def _latencies(bootstrap: str, topic: str, seconds: float) -> list[float]:
     return found
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
-
-
 def run() -> dict[str, float]:
-    broker = None
-    bootstrap = external_bootstrap()
-    if not bootstrap:
-        broker = LocalBroker()
-        started = broker.up()
-        bootstrap = broker.bootstrap
-    prefix = f"b{uuid.uuid4().hex[:8]}."
-    ensure_topics(bootstrap, prefix)
+    with broker_and_prefix() as (bootstrap, prefix):
+        return _run(bootstrap, prefix)
+
+
+def _run(bootstrap: str, prefix: str) -> dict[str, float]:
     topic = TELEMETRY.name(prefix)
     total = GPUS * ROUNDS
     payloads = [(s.gpu_uuid.encode(), encode(s)) for s in telemetry_samples(total, gpus=GPUS)]
@@ -149,7 +122,7 @@ def run() -> dict[str, float]:
             "GPUSCHED_SINK_SQL_PORT": "0",
             "GPUSCHED_PROCESSOR_DATA_DIR": str(work / "proc"),
         }
-        processor = _start("process", env, work / "process.log")
+        processor = start(["process"], env, work / "process.log")
         try:
             proc_rate = asyncio.run(
                 _group_rate(bootstrap, f"{prefix}gpusched-processor-telemetry", topic, total)
@@ -165,20 +138,18 @@ def run() -> dict[str, float]:
             latencies = asyncio.run(_latencies(bootstrap, VIEW.name(prefix), 20.0))
             collector.wait(timeout=120)
         finally:
-            _stop(processor)
-        sink = _start("sink", env, work / "sink.log")
+            stop(processor)
+        sink = start(["sink"], env, work / "sink.log")
         try:
             sink_rate = asyncio.run(_group_rate(bootstrap, f"{prefix}gpusched-sink", topic, total))
         finally:
-            _stop(sink)
-    if broker is not None and started:
-        broker.down()
+            stop(sink)
     return {
         "processor_samples_per_s": proc_rate,
         "sink_samples_per_s": sink_rate,
         "raw_consume_decode_samples_per_s": raw,
         "processor_vs_raw_consume_ratio": proc_rate / raw,
         "sink_vs_raw_consume_ratio": sink_rate / raw,
-        "telemetry_to_priority_p50_s": _quantile(latencies, 0.5),
-        "telemetry_to_priority_p99_s": _quantile(latencies, 0.99),
+        "telemetry_to_priority_p50_s": quantile(latencies, 0.5),
+        "telemetry_to_priority_p99_s": quantile(latencies, 0.99),
     }

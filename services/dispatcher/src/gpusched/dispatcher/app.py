@@ -226,19 +226,27 @@ class Dispatcher:
 
     # -- what to do -------------------------------------------------------------------------
     async def cycle(self) -> int:
+        """One scheduling cycle: every decision is published (all of them, awaited) before
+        the first is applied."""
         now = time.time()
         decisions = self.scheduler.cycle(now).decisions
+        numbered = []
         for d in decisions:
-            await self._carry_out(d, now)
+            self._decisions += 1
+            numbered.append((d, f"{self.epoch}-{self._decisions}"))
+        topic = PLACEMENTS.name(self.prefix)
+        sent = [
+            await self.producer.send(
+                topic, encode(_decision(d, decision_id, self.epoch)), key=decision_id.encode()
+            )
+            for d, decision_id in numbered
+        ]
+        await asyncio.gather(*sent)
+        for d, decision_id in numbered:
+            await self._apply(d, decision_id, now)
         return len(decisions)
 
-    async def _carry_out(self, d: Decision, now: float) -> None:
-        self._decisions += 1
-        decision_id = f"{self.epoch}-{self._decisions}"
-        record = _decision(d, decision_id, self.epoch)
-        await self.producer.send_and_wait(
-            PLACEMENTS.name(self.prefix), encode(record), key=decision_id.encode()
-        )
+    async def _apply(self, d: Decision, decision_id: str, now: float) -> None:
         try:
             if isinstance(d, Place):
                 await self.backend.place(self.scheduler.jobs[d.job_id], d.allocations, decision_id)
@@ -257,6 +265,9 @@ class Dispatcher:
             log.warning("decision %s refused (%s); the job waits again", decision_id, exc)
             if isinstance(d, Place) and d.job_id in self.scheduler.running:
                 self.scheduler.requeue(d.job_id, now)
+            elif isinstance(d, ParkNode | WakeNode):  # the node stays as the cluster has it
+                before = PowerState.ON if isinstance(d, ParkNode) else PowerState.PARKED
+                self.scheduler.state.set_power(d.node_id, before)
         except BackendError as exc:
             self.stats.refused += 1
             log.error("decision %s not applied: %s", decision_id, exc)
