@@ -1,5 +1,5 @@
 """gpusched.dispatcher: the core's scheduling cycle on a live cluster, through one Backend
-Protocol (simulated cluster now; Slurm and Kubernetes to come)."""
+Protocol (a simulated cluster, Slurm)."""
 
 from gpusched.dispatcher.app import Dispatcher, DispatcherStats, run_dispatcher
 from gpusched.dispatcher.backend import (
@@ -14,6 +14,7 @@ from gpusched.dispatcher.backend import (
 from gpusched.dispatcher.settings import DispatcherSettings, SimClusterSettings
 from gpusched.dispatcher.sim_backend import SimBackend
 from gpusched.dispatcher.simcluster import SimCluster, simcluster_app, trace_durations
+from gpusched.dispatcher.slurm_backend import SlurmBackend
 
 __all__ = [
     "AlreadyPlaced",
@@ -29,6 +30,7 @@ __all__ = [
     "SimBackend",
     "SimCluster",
     "SimClusterSettings",
+    "SlurmBackend",
     "run_dispatcher",
     "simcluster_app",
     "trace_durations",

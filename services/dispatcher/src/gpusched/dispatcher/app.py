@@ -106,6 +106,7 @@ class Dispatcher:
     wanted: asyncio.Event = field(default_factory=asyncio.Event)
     _decisions: int = 0
     _meta: dict[str, tuple[str, str]] = field(default_factory=dict)  # job -> tenant, class
+    _recorded: dict[str, JobEventType] = field(default_factory=dict)  # last step on the topic
 
     @property
     def prefix(self) -> str:
@@ -158,6 +159,7 @@ class Dispatcher:
 
     def recorded(self, event: JobEvent) -> None:
         """A job event read back from the topic while rebuilding."""
+        self._recorded[event.job_id] = event.type
         now = event.ts.timestamp()
         if event.type is JobEventType.SUBMITTED:
             self.submitted(event, now)
@@ -205,6 +207,10 @@ class Dispatcher:
         if e.job_id is None or e.type is None:
             return
         self.lifecycle(e.job_id, e.type, e.node_ids, e.gpu_indices, now)
+        if self._already_recorded(e.job_id, e.type):
+            self.seq_done = max(self.seq_done, e.seq)
+            return
+        self._recorded[e.job_id] = e.type
         tenant, cls = self._meta.get(e.job_id, ("default", "normal"))
         event = JobEvent(
             event_id=self.event_id(e.seq),
@@ -223,6 +229,16 @@ class Dispatcher:
         )
         self.seq_done = max(self.seq_done, e.seq)
         self.stats.recorded += 1
+
+    def _already_recorded(self, job_id: str, kind: JobEventType) -> bool:
+        """A backend whose log restarted (Slurm: a new backend object) reports again what
+        the topic already holds; the topic records each step once."""
+        last = self._recorded.get(job_id)
+        if last is None:
+            return job_id not in self.scheduler.jobs and kind.ends
+        if last.ends or kind is last:
+            return True
+        return kind is JobEventType.PLACED and last is JobEventType.RUNNING
 
     # -- what to do -------------------------------------------------------------------------
     async def cycle(self) -> int:

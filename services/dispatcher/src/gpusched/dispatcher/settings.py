@@ -18,11 +18,22 @@ class DispatcherSettings(KafkaSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
 
-    dispatcher_backend: Literal["sim"] = Field(
-        default="sim", description="cluster backend: sim (a `gpusched simcluster` process)"
+    dispatcher_backend: Literal["sim", "slurm"] = Field(
+        default="sim",
+        description="cluster backend: sim (a `gpusched simcluster` process) or slurm",
     )
     dispatcher_sim_url: str = Field(
         default="http://127.0.0.1:18200", description="where the simulated cluster listens"
+    )
+    dispatcher_slurm_url: str = Field(
+        default="http://127.0.0.1:6820", description="slurmrestd (backend slurm)"
+    )
+    dispatcher_slurm_token: str = Field(
+        default="", description="JWT for slurmrestd (`scontrol token`); default: $SLURM_JWT"
+    )
+    dispatcher_slurm_partition: str = Field(default="gpu", description="partition jobs go to")
+    dispatcher_slurm_job_s: float = Field(
+        default=60.0, gt=0, description="how long the placeholder job script sleeps (slurm)"
     )
     dispatcher_policy: str = Field(default="dynamic", description="scheduling policy (core)")
     dispatcher_placement: str = Field(default="bestfit", description="placement strategy")

@@ -1,0 +1,263 @@
+"""A real Slurm 22.05 cluster on this machine: munged, slurmctld, one slurmd per node
+(fake GPUs: GRES device files that are symlinks to /dev/null) and slurmrestd with JWT.
+
+Debian's packages (`slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin`) are installed by
+``ensure_packages`` when missing. Everything lives under one work directory (its own
+munge key and socket, config, state, logs); ``down`` stops the daemons it started.
+Used by the Slurm backend's tests; notes in ../shared/notes/local-components.md.
+
+    python infra/slurm/local_slurm.py up DIR     # prints the environment to use it
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["LocalSlurm", "SlurmError", "SlurmNode", "ensure_packages"]
+
+PACKAGES = ("slurm-wlm", "slurmrestd", "munge", "slurm-wlm-jwt-plugin")
+
+
+class SlurmError(RuntimeError):
+    """Slurm could not be installed or started; the message says which part and why."""
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    gpus: int
+    gpu_type: str = "v100"
+    cpus: int = 32
+    memory_mib: int = 256_000
+
+
+def ensure_packages() -> None:
+    """Install Debian's Slurm packages if a daemon is missing (idempotent; needs root)."""
+    if all(shutil.which(b) for b in ("slurmctld", "slurmd", "slurmrestd", "munged")):
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
+    if os.geteuid() != 0:
+        cmd = ["sudo", "-n", *cmd]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SlurmError(f"installing {' '.join(PACKAGES)} failed:\n{done.stderr[-2000:]}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalSlurm:
+    workdir: Path
+    nodes: list[SlurmNode]
+    pids: dict[str, int] = field(default_factory=dict)
+    ctld_port: int = field(default_factory=_free_port)
+    rest_port: int = field(default_factory=_free_port)
+
+    @property
+    def conf(self) -> Path:
+        return self.workdir / "slurm.conf"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a Slurm CLI call needs to reach this cluster."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://127.0.0.1:{self.rest_port}"
+
+    def _write(self) -> None:
+        w = self.workdir
+        for d in ("state", "spool", "log", "dev", "run"):
+            (w / d).mkdir(parents=True, exist_ok=True)
+        key = w / "munge.key"
+        if not key.exists():
+            subprocess.run(["mungekey", "-c", "-k", str(key)], check=True, capture_output=True)
+            key.chmod(0o600)
+        jwt = w / "jwt.key"
+        if not jwt.exists():
+            jwt.write_bytes(secrets.token_bytes(32))
+            jwt.chmod(0o600)
+        lines = [
+            "ClusterName=gpusched",
+            "SlurmctldHost=localhost",
+            f"SlurmctldPort={self.ctld_port}",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={w / 'state'}",
+            f"SlurmdSpoolDir={w / 'spool'}/%n",
+            f"SlurmctldPidFile={w / 'run'}/slurmctld.pid",
+            f"SlurmdPidFile={w / 'run'}/slurmd-%n.pid",
+            f"SlurmctldLogFile={w / 'log'}/slurmctld.log",
+            f"SlurmdLogFile={w / 'log'}/slurmd-%n.log",
+            f"AuthInfo=socket={w / 'run'}/munge.socket",
+            "AuthAltTypes=auth/jwt",
+            f"AuthAltParameters=jwt_key={jwt}",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "GresTypes=gpu",
+            "SlurmdParameters=config_overrides",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "SchedulerType=sched/backfill",
+            "SchedulerParameters=sched_interval=1,bf_interval=1",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "MinJobAge=600",
+            "KillWait=2",
+        ]
+        gres = ["AutoDetect=off"]
+        for i, n in enumerate(self.nodes):
+            lines.append(
+                f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
+                f"Port={self.ctld_port + 100 + i} CPUs={n.cpus} RealMemory={n.memory_mib} "
+                f"Gres=gpu:{n.gpu_type}:{n.gpus} State=UNKNOWN"
+            )
+            dev = w / "dev" / n.name
+            dev.mkdir(parents=True, exist_ok=True)
+            for g in range(n.gpus):
+                link = dev / f"nvidia{g}"
+                if not link.is_symlink():
+                    link.symlink_to("/dev/null")  # a device file: regular files are refused
+            gres.append(
+                f"NodeName={n.name} Name=gpu Type={n.gpu_type} File={dev}/nvidia[0-{n.gpus - 1}]"
+            )
+        lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        self.conf.write_text("\n".join(lines) + "\n")
+        (w / "gres.conf").write_text("\n".join(gres) + "\n")
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        log = (self.workdir / "log" / f"{name}.out").open("ab")
+        proc = subprocess.Popen(
+            cmd, env=env or self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.pids[name] = proc.pid
+
+    def scontrol(self, *args: str) -> str:
+        done = subprocess.run(
+            ["scontrol", *args], env=self.env, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            raise SlurmError(f"scontrol {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def token(self, lifespan_s: int = 86400) -> str:
+        out = self.scontrol("token", "username=root", f"lifespan={lifespan_s}")
+        return out.strip().split("=", 1)[1]
+
+    def up(self, timeout_s: float = 60.0) -> None:
+        ensure_packages()
+        self._write()
+        w = self.workdir
+        self._spawn(
+            "munged",
+            ["munged", "-F", "--key-file", str(w / "munge.key"),
+             "--socket", str(w / "run" / "munge.socket"),
+             "--pid-file", str(w / "run" / "munged.pid"),
+             "--log-file", str(w / "log" / "munged.log"),
+             "--seed-file", str(w / "run" / "munged.seed"), "--force"],
+        )  # fmt: skip
+        self._wait(lambda: (w / "run" / "munge.socket").exists(), "munged", timeout_s)
+        self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf)])
+        self._wait(lambda: self._ok("ping"), "slurmctld", timeout_s)
+        for n in self.nodes:
+            self._spawn(f"slurmd-{n.name}", ["slurmd", "-D", "-N", n.name, "-f", str(self.conf)])
+        self._wait(self._nodes_idle, "slurmd (all nodes idle)", timeout_s)
+        rest_env = {**self.env, "SLURM_JWT": "daemon", "SLURMRESTD_SECURITY": "disable_user_check"}
+        self._spawn(
+            "slurmrestd",
+            ["slurmrestd", "-f", str(self.conf), "-a", "rest_auth/jwt",
+             "-s", "openapi/v0.0.36,openapi/v0.0.37,openapi/v0.0.38",
+             f"127.0.0.1:{self.rest_port}"],
+            rest_env,
+        )  # fmt: skip
+        self._wait(lambda: _port_open(self.rest_port), "slurmrestd", timeout_s)
+
+    def _ok(self, *args: str) -> bool:
+        try:
+            out = self.scontrol(*args)
+        except SlurmError:
+            return False
+        return "UP" in out or bool(out)
+
+    def _nodes_idle(self) -> bool:
+        done = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env, capture_output=True, text=True
+        )
+        states = [line.split()[1] for line in done.stdout.splitlines() if line.strip()]
+        return len(states) == len(self.nodes) and all(s.startswith("idle") for s in states)
+
+    def _wait(self, check: object, what: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if check():  # type: ignore[operator]
+                return
+            for name, pid in self.pids.items():
+                if not _alive(pid):
+                    tail = self.log_tail()
+                    raise SlurmError(f"{name} exited while waiting for {what}:\n{tail}")
+            time.sleep(0.2)
+        raise SlurmError(f"{what} not ready within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self) -> str:
+        parts = []
+        for log in sorted((self.workdir / "log").glob("*")):
+            text = log.read_text(errors="replace")[-800:]
+            parts.append(f"--- {log.name}\n{text}")
+        return "\n".join(parts)
+
+    def down(self) -> None:
+        """SIGTERM slurmrestd, the slurmds, slurmctld, munged; SIGKILL what lingers."""
+        order = ["slurmrestd", *[f"slurmd-{n.name}" for n in self.nodes], "slurmctld", "munged"]
+        for name in order:
+            pid = self.pids.get(name)
+            if pid and _alive(pid):
+                os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 5
+        for name in order:
+            pid = self.pids.pop(name, None)
+            while pid and _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if pid and _alive(pid):
+                os.killpg(pid, signal.SIGKILL)  # a slurmd without its controller ignores TERM
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    return waited == 0
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+if __name__ == "__main__":
+    slurm = LocalSlurm(Path(sys.argv[2]), [SlurmNode(f"node{i}", 4) for i in range(1, 4)])
+    slurm.up()
+    print(f"export SLURM_CONF={slurm.conf}  # slurmrestd at {slurm.rest_url}")
+    input("Slurm is up; Enter stops it ")
+    slurm.down()

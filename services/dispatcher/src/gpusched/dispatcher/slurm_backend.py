@@ -1,0 +1,303 @@
+"""``SlurmBackend``: the Backend Protocol on a real Slurm cluster (22.05).
+
+Reads go through slurmrestd (JWT): nodes with their GRES in use, jobs with the GPU
+indices each node gave them. Changes go through the Slurm CLI where the REST API of
+22.05 does not serve them: a placement is ``sbatch --hold`` onto exactly the chosen
+nodes with typed GPUs (``--gpus=<type>:<n>``, type = the GPU model in lower case) and
+then ``scontrol release``; preemption is ``scontrol requeuehold`` (the job waits, held,
+until the dispatcher places it again: ``scontrol update ReqNodeList=...`` and release);
+cancel is ``scancel``; parking drains a node and waking resumes it.
+
+Slurm picks the GPU indices inside a node, so the indices a decision named are advice;
+the events carry the ones Slurm chose. A whole GPU is the smallest unit (Slurm without
+MPS or shards does not share one): a fractional job gets one GPU. Lifecycle events come
+from polling the jobs every ``poll_s`` and comparing states; the log lives in this
+object, so a restarted dispatcher gets a new log id and rebuilds from what Slurm reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+
+from gpusched.contracts import JobEventType
+from gpusched.core import Allocation, Job, PowerState
+from gpusched.dispatcher.backend import (
+    AlreadyPlaced,
+    BackendError,
+    BackendEvent,
+    BackendJob,
+    BackendNode,
+    NotPlaceable,
+)
+
+__all__ = ["SlurmBackend", "expand_hostlist", "gres_indices"]
+
+API = "/slurm/v0.0.38"
+_ENDS = {
+    "COMPLETED": JobEventType.FINISHED,
+    "CANCELLED": JobEventType.CANCELLED,
+    "FAILED": JobEventType.FAILED,
+    "TIMEOUT": JobEventType.FAILED,
+    "NODE_FAIL": JobEventType.FAILED,
+    "OUT_OF_MEMORY": JobEventType.FAILED,
+    "BOOT_FAIL": JobEventType.FAILED,
+    "DEADLINE": JobEventType.FAILED,
+}
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """'node[1-3,7],gpu5' -> ['node1', 'node2', 'node3', 'node7', 'gpu5']."""
+    names: list[str] = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", text):
+        if plain:
+            names.append(plain)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            width = len(lo)
+            for i in range(int(lo), int(hi or lo) + 1):
+                names.append(f"{prefix}{i:0{width}d}")
+    return names
+
+
+def gres_indices(detail: str) -> tuple[int, ...]:
+    """'gpu:v100:2(IDX:0-1,3)' -> (0, 1, 3); no indices -> ()."""
+    match = re.search(r"IDX:([0-9,\-]+)", detail)
+    if not match:
+        return ()
+    out: list[int] = []
+    for part in match.group(1).split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(out)
+
+
+def _gres_count(gres: str) -> int:
+    match = re.match(r"gpu(?::[^:(]+)?:(\d+)", gres)
+    return int(match.group(1)) if match else 0
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(
+        self,
+        rest_url: str,
+        token: str,
+        env: dict[str, str],
+        partition: str = "gpu",
+        run_s: Callable[[str], float] = lambda _: 60.0,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.env, self.partition, self.run_s, self.poll_s = env, partition, run_s, poll_s
+        self._http = httpx.AsyncClient(
+            base_url=rest_url.rstrip("/"),
+            headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token},
+            timeout=30,
+        )
+        self._log_id = uuid.uuid4().hex[:12]
+        self.log: list[BackendEvent] = []
+        self._seen: dict[str, str] = {}  # our job id -> last Slurm state
+        self._running: set[str] = set()  # reported running, not yet requeued or ended
+        self._ids: dict[str, int] = {}  # our job id -> Slurm job id
+        self._changed = asyncio.Event()
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- Slurm access -------------------------------------------------------------------
+    async def _get(self, path: str) -> dict[str, Any]:
+        try:
+            response = await self._http.get(f"{API}{path}")
+        except httpx.HTTPError as exc:
+            raise BackendError(f"slurmrestd unreachable: {exc}") from exc
+        if response.status_code != 200:
+            raise BackendError(f"slurmrestd {path}: {response.status_code} {response.text[:300]}")
+        data: dict[str, Any] = response.json()
+        return data
+
+    async def _cli(self, *args: str) -> str:
+        proc = await asyncio.create_subprocess_exec(
+            *args,
+            env=self.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise BackendError(f"{' '.join(args[:2])}: {err.decode().strip()}")
+        return out.decode()
+
+    async def _slurm_jobs(self) -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = (await self._get("/jobs"))["jobs"]
+        return jobs
+
+    # -- the Protocol ---------------------------------------------------------------------
+    async def log_id(self) -> str:
+        return self._log_id
+
+    async def nodes(self) -> list[BackendNode]:
+        out = []
+        for n in (await self._get("/nodes"))["nodes"]:
+            parts = str(n["gres"]).split(":")
+            model = parts[1].upper() if len(parts) > 2 else ""
+            drained = "DRAIN" in n.get("state_flags", []) or "drain" in str(n["state"])
+            out.append(
+                BackendNode(
+                    n["name"],
+                    model,
+                    _gres_count(str(n["gres"])),
+                    int(n["cpus"]) * 1000,
+                    int(n["real_memory"]),
+                    PowerState.PARKED if drained else PowerState.ON,
+                )
+            )
+        return out
+
+    async def jobs(self) -> list[BackendJob]:
+        out = []
+        for j in await self._slurm_jobs():
+            if j["job_state"] == "RUNNING":
+                nodes = tuple(expand_hostlist(j["nodes"]))
+                indices = tuple(gres_indices(d) for d in j.get("gres_detail", []))
+                out.append(BackendJob(j["name"], nodes, indices, 1.0))
+        return out
+
+    async def place(self, job: Job, allocations: tuple[Allocation, ...], decision_id: str) -> None:
+        self._start_polling()
+        gpus = sum(len(a.gpu_indices) for a in allocations) if job.request.num_gpu else 0
+        nodes = [a.node_id for a in allocations]
+        await self._check_room(job.job_id, allocations)
+        model = next(iter(job.request.gpu_models), "") or await self._model_of(nodes[0])
+        gres = [f"--gpus={model.lower()}:{max(gpus, 1)}"] if job.request.num_gpu else []
+        held = self._ids.get(job.job_id)
+        if held is not None:  # requeued earlier: send it to the new nodes and release it
+            # A requeued job may only begin after a delay Slurm sets; StartTime=now lifts it.
+            await self._cli(
+                "scontrol", "update", f"JobId={held}", f"ReqNodeList={','.join(nodes)}",
+                f"NumNodes={len(nodes)}", f"Comment={decision_id}", "StartTime=now",
+            )  # fmt: skip
+        else:
+            out = await self._cli(
+                "sbatch", "--hold", "--parsable", "-J", job.job_id, "-p", self.partition,
+                f"--nodelist={','.join(nodes)}", f"--nodes={len(nodes)}", *gres,
+                f"--comment={decision_id}", "-o", "/dev/null",
+                "--wrap", f"sleep {self.run_s(job.job_id):g}",
+            )  # fmt: skip
+            held = int(out.strip().split(";")[0])
+            self._ids[job.job_id] = held
+        await self._cli("scontrol", "release", str(held))
+
+    async def _model_of(self, node: str) -> str:
+        for n in await self.nodes():
+            if n.node_id == node:
+                return n.gpu_model
+        raise NotPlaceable(f"no node {node}")
+
+    async def _check_room(self, job_id: str, allocations: tuple[Allocation, ...]) -> None:
+        for j in await self._slurm_jobs():
+            if j["name"] == job_id and j["job_state"] in ("RUNNING", "CONFIGURING"):
+                raise AlreadyPlaced(f"job {job_id} already runs (Slurm job {j['job_id']})")
+        nodes = {n["name"]: n for n in (await self._get("/nodes"))["nodes"]}
+        for a in allocations:
+            n = nodes.get(a.node_id)
+            if n is None:
+                raise NotPlaceable(f"no node {a.node_id}")
+            if "DRAIN" in n.get("state_flags", []):
+                raise NotPlaceable(f"node {a.node_id} is parked (drained)")
+            free = _gres_count(str(n["gres"])) - len(gres_indices(str(n["gres_used"])))
+            if len(a.gpu_indices) > free:
+                raise NotPlaceable(
+                    f"node {a.node_id} has {free} free GPUs, not {len(a.gpu_indices)}"
+                )
+
+    async def preempt(self, job_id: str, decision_id: str) -> None:
+        slurm_id = self._ids.get(job_id)
+        if slurm_id is None:
+            raise NotPlaceable(f"job {job_id} does not run")
+        await self._cli("scontrol", "requeuehold", str(slurm_id))
+
+    async def cancel(self, job_id: str) -> None:
+        slurm_id = self._ids.get(job_id)
+        if slurm_id is not None:
+            await self._cli("scancel", str(slurm_id))
+
+    async def park(self, node_id: str, decision_id: str) -> None:
+        node = next((n for n in (await self._get("/nodes"))["nodes"] if n["name"] == node_id), None)
+        if node is None:
+            raise NotPlaceable(f"no node {node_id}")
+        if gres_indices(str(node["gres_used"])) or node.get("alloc_cpus"):
+            raise NotPlaceable(f"node {node_id} runs jobs; it cannot be parked")
+        await self._cli(
+            "scontrol", "update", f"NodeName={node_id}", "State=DRAIN", "Reason=gpusched-park"
+        )
+        self._append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
+
+    async def wake(self, node_id: str, decision_id: str) -> None:
+        await self._cli("scontrol", "update", f"NodeName={node_id}", "State=RESUME")
+        self._append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
+        self._append(node_id=node_id, power=PowerState.ON)  # no power-on delay here
+
+    async def events(self, after: int) -> AsyncIterator[BackendEvent]:
+        self._start_polling()
+        while True:
+            while len(self.log) > after:
+                after += 1
+                yield self.log[after - 1]
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), self.poll_s * 5)
+
+    async def close(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        await self._http.aclose()
+
+    # -- lifecycle from polling ----------------------------------------------------------
+    def _append(self, **fields: Any) -> None:
+        self.log.append(BackendEvent(seq=len(self.log) + 1, ts=time.time(), **fields))
+        self._changed.set()
+
+    def _start_polling(self) -> None:
+        if self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            try:
+                for j in await self._slurm_jobs():
+                    self._observe(j)
+            except BackendError:
+                pass  # slurmrestd is back on the next round
+            await asyncio.sleep(self.poll_s)
+
+    def _observe(self, j: dict[str, Any]) -> None:
+        job_id, state = str(j["name"]), str(j["job_state"])
+        self._ids.setdefault(job_id, int(j["job_id"]))
+        before = self._seen.get(job_id)
+        if before == state:
+            return
+        self._seen[job_id] = state
+        decision = j.get("comment") or None
+        if state == "RUNNING":
+            self._running.add(job_id)
+            nodes = tuple(expand_hostlist(j["nodes"]))
+            idx = tuple(gres_indices(d) for d in j.get("gres_detail", []))
+            where = {"node_ids": nodes, "gpu_indices": idx, "decision_id": decision}
+            self._append(job_id=job_id, type=JobEventType.PLACED, **where)
+            self._append(job_id=job_id, type=JobEventType.RUNNING, **where)
+        elif state == "PENDING" and job_id in self._running:
+            # requeued (through REQUEUE_HOLD / COMPLETING on the way, polls may see either)
+            self._append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision)
+        if state != "RUNNING" and state not in ("COMPLETING", "REQUEUE_HOLD", "REQUEUED"):
+            self._running.discard(job_id)
+        if state in _ENDS:  # also when first seen ended: it ended between two polls
+            reason = str(j.get("state_reason") or "") or None
+            self._append(job_id=job_id, type=_ENDS[state], reason=reason)
