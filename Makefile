@@ -23,7 +23,7 @@ run: install ## Start the whole platform (broker, services, simulated cluster, A
 lint: install ## Ruff (lint + format check) and mypy (strict on libs/)
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs services infra/kafka infra/slurm tools bench
+	$(RUN) mypy libs services infra/kafka infra/slurm infra/kubernetes tools bench
 
 .PHONY: test
 test: lint ## Install, lint, type-check, then run the whole test suite (starts and stops Kafka)

@@ -3,21 +3,30 @@
 Each implementation gets the same tests through the ``cluster`` fixture, against a real
 cluster started for the test: ``sim`` a `gpusched simcluster` process (over HTTP, as the
 dispatcher uses it), ``slurm`` real munged, slurmctld, two slurmd with fake GPUs and
-slurmrestd (infra/slurm/local_slurm.py). The cluster: two nodes of 4 V100; a job runs
-about a second. The Kubernetes backend is not written (see the issue note).
+slurmrestd (infra/slurm/local_slurm.py), ``kubernetes`` etcd and a kube-apiserver built
+from the k8s.io/kubernetes module (infra/kubernetes/local_kube.py) with two Node objects
+that advertise GPUs. The cluster: two nodes of 4 V100; a job runs about a second.
+
+No container runtime can run here, so Kubernetes has no kubelet: a task of this test
+plays the kubelet's one part the backend reads, moving bound pods to Running and, after
+1.5 s, to Succeeded (pod status). Everything else is the real API server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+from local_kube import LocalKube
 from local_slurm import LocalSlurm, SlurmNode
 
 from gpusched.contracts import JobEventType
@@ -26,10 +35,12 @@ from gpusched.dispatcher import (
     AlreadyPlaced,
     Backend,
     BackendEvent,
+    KubernetesBackend,
     NotPlaceable,
     SimBackend,
     SlurmBackend,
 )
+from gpusched.dispatcher.kubernetes_backend import GPU, MODEL_LABEL
 from tests.pipeline import GPUSCHED, free_port, write_cluster
 
 pytestmark = [pytest.mark.slow]
@@ -42,6 +53,16 @@ class Cluster:
     backend: Backend
     nodes: tuple[str, str]
     shares_gpus: bool  # fractions of one GPU for several jobs
+    # Kubernetes jobs are pods that exist before they are placed, named <ns>:<pod>
+    submit: Callable[[Job], Awaitable[Job]] | None = None
+    stop: Callable[[], Awaitable[None]] | None = None
+
+    async def job(self, name: str, gpus: float = 2) -> Job:
+        job = Job(name, Request(gpus, frozenset({"V100"})), 0.0)
+        return await self.submit(job) if self.submit else job
+
+    def id(self, name: str) -> str:
+        return f"default:{name}" if self.submit else name
 
 
 def _sim(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
@@ -81,21 +102,116 @@ def _slurm(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
         slurm.down()
 
 
-@pytest.fixture(params=["sim", pytest.param("slurm", marks=pytest.mark.slurm)])
+def _kubernetes(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
+    kube = LocalKube(tmp_path / "kube")
+    kube.up()
+    try:
+        yield lambda: _kube_cluster(kube)
+    finally:
+        kube.down()
+
+
+def _kube_cluster(kube: LocalKube) -> Cluster:
+    cfg = client.Configuration(host=kube.url)
+    cfg.verify_ssl = False
+    cfg.api_key = {"BearerToken": kube.token}
+    cfg.api_key_prefix = {"BearerToken": "Bearer"}
+    core = client.CoreV1Api(client.ApiClient(cfg))
+    ready = asyncio.Event()
+
+    async def nodes() -> None:
+        for name in ("node0000", "node0001"):
+            capacity = {GPU: "4", "cpu": "32", "memory": "256Gi", "pods": "110"}
+            node = client.V1Node(
+                metadata=client.V1ObjectMeta(name=name, labels={MODEL_LABEL: "V100"}),
+                status=client.V1NodeStatus(capacity=capacity, allocatable=capacity),
+            )
+            await core.create_node(node)
+            await core.patch_node_status(
+                name, {"status": {"capacity": capacity, "allocatable": capacity}}
+            )
+        ready.set()
+
+    async def kubelet() -> None:
+        """Stand-in for the kubelet (none can run here): bound pods run 1.5 s, then end."""
+        started: dict[str, float] = {}
+        while True:
+            for pod in (await core.list_pod_for_all_namespaces()).items:
+                key, phase = pod.metadata.name, pod.status.phase
+                if not pod.spec.node_name or pod.metadata.deletion_timestamp:
+                    continue
+                if phase == "Pending":
+                    started[key] = time.monotonic()
+                    new = "Running"
+                elif phase == "Running" and time.monotonic() - started.get(key, 0) > 1.5:
+                    new = "Succeeded"
+                else:
+                    continue
+                with contextlib.suppress(ApiException):
+                    await core.patch_namespaced_pod_status(
+                        key, "default", {"status": {"phase": new}}
+                    )
+            await asyncio.sleep(0.2)
+
+    tasks: list[asyncio.Task[None]] = []
+
+    async def submit(job: Job) -> Job:
+        if not tasks:
+            tasks.append(asyncio.create_task(kubelet()))
+            await nodes()
+        await ready.wait()
+        gpus = str(int(job.request.num_gpu))
+        pod = client.V1Pod(
+            metadata=client.V1ObjectMeta(name=job.job_id, namespace="default"),
+            spec=client.V1PodSpec(
+                scheduler_name="gpusched",
+                node_selector={MODEL_LABEL: "V100"},
+                containers=[
+                    client.V1Container(
+                        name="main",
+                        image="busybox",
+                        resources=client.V1ResourceRequirements(
+                            requests={GPU: gpus}, limits={GPU: gpus}
+                        ),
+                    )
+                ],
+            ),
+        )
+        await core.create_namespaced_pod("default", pod)
+        return Job(f"default:{job.job_id}", job.request, 0.0)
+
+    async def stop() -> None:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await core.api_client.close()
+
+    backend = KubernetesBackend(client.ApiClient(cfg), poll_s=0.2)
+    return Cluster(backend, ("node0000", "node0001"), False, submit, stop)
+
+
+@pytest.fixture(
+    params=[
+        "sim",
+        pytest.param("slurm", marks=pytest.mark.slurm),
+        pytest.param("kubernetes", marks=pytest.mark.kubernetes),
+    ]
+)
 def make_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
     """The real cluster behind the backend, started for the test and stopped after it."""
-    yield from (_sim if request.param == "sim" else _slurm)(tmp_path)
+    start = {"sim": _sim, "slurm": _slurm, "kubernetes": _kubernetes}[request.param]
+    yield from start(tmp_path)
 
 
 @pytest.fixture
 async def cluster(make_cluster: Callable[[], Cluster]) -> AsyncIterator[Cluster]:
     c = make_cluster()
+    if c.submit is not None:
+        await c.job("warm-up", 0)  # nodes registered before the first test step
     yield c
+    if c.stop is not None:
+        await c.stop()
     await c.backend.close()
-
-
-def _job(job_id: str, gpus: float = 2) -> Job:
-    return Job(job_id, Request(gpus, frozenset({"V100"})), 0.0)
 
 
 def _on(node: str, *gpus: int, share: float = 1.0) -> tuple[Allocation, ...]:
@@ -123,7 +239,8 @@ def _has(job_id: str, kind: JobEventType) -> Callable[[list[BackendEvent]], bool
 
 
 def _steps(events: list[BackendEvent], job_id: str) -> list[JobEventType | None]:
-    return [e.type for e in events if e.job_id == job_id]
+    """A job's lifecycle, less 'submitted' (reported by clusters that take jobs themselves)."""
+    return [e.type for e in events if e.job_id == job_id and e.type is not JobEventType.SUBMITTED]
 
 
 async def test_lists_the_nodes(cluster: Cluster) -> None:
@@ -136,16 +253,16 @@ async def test_lists_the_nodes(cluster: Cluster) -> None:
 
 
 async def test_a_placed_job_runs_and_finishes(cluster: Cluster) -> None:
-    b, (n0, _) = cluster.backend, cluster.nodes
-    await b.place(_job("a"), _on(n0, 0, 1), "d1")
-    events = await _until(b, 0, _has("a", RUNNING))
+    b, (n0, _), a = cluster.backend, cluster.nodes, cluster.id("a")
+    await b.place(await cluster.job("a"), _on(n0, 0, 1), "d1")
+    events = await _until(b, 0, _has(a, RUNNING))
     assert [(j.job_id, j.node_ids, len(j.gpu_indices[0])) for j in await b.jobs()] == [
-        ("a", (n0,), 2)
+        (a, (n0,), 2)
     ]
-    events += await _until(b, events[-1].seq, _has("a", FINISHED))
-    assert _steps(events, "a") == [PLACED, RUNNING, FINISHED]
-    assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    placed = events[0]
+    events += await _until(b, events[-1].seq, _has(a, FINISHED))
+    assert _steps(events, a) == [PLACED, RUNNING, FINISHED]
+    assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
+    placed = next(e for e in events if e.type is PLACED)
     assert placed.decision_id == "d1"
     assert placed.node_ids == (n0,)
     assert len(placed.gpu_indices[0]) == 2
@@ -153,51 +270,55 @@ async def test_a_placed_job_runs_and_finishes(cluster: Cluster) -> None:
 
 
 async def test_never_runs_a_job_twice_nor_beyond_free_gpus(cluster: Cluster) -> None:
-    b, (n0, n1) = cluster.backend, cluster.nodes
-    await b.place(_job("a"), _on(n0, 0, 1), "d1")
-    await _until(b, 0, _has("a", RUNNING))
+    b, (n0, n1), a = cluster.backend, cluster.nodes, cluster.id("a")
+    job_a = await cluster.job("a")
+    await b.place(job_a, _on(n0, 0, 1), "d1")
+    await _until(b, 0, _has(a, RUNNING))
     with pytest.raises(AlreadyPlaced):
-        await b.place(_job("a"), _on(n1, 0, 1), "d2")
-    with pytest.raises(NotPlaceable):
-        await b.place(_job("b", 3), _on(n0, 1, 2, 3), "d3")  # two of n0's four are a's
-    with pytest.raises(NotPlaceable):
-        await b.place(_job("c", 5), _on(n1, 0, 1, 2, 3, 4), "d4")  # n1 has four
+        await b.place(job_a, _on(n1, 0, 1), "d2")
+    with pytest.raises(NotPlaceable):  # two of n0's four are a's
+        await b.place(await cluster.job("b", 3), _on(n0, 1, 2, 3), "d3")
+    with pytest.raises(NotPlaceable):  # n1 has four
+        await b.place(await cluster.job("c", 5), _on(n1, 0, 1, 2, 3, 4), "d4")
     if cluster.shares_gpus:
-        await b.place(_job("d", 0.5), _on(n1, 2, share=0.5), "d5")
-        await b.place(_job("e", 0.5), _on(n1, 2, share=0.5), "d6")  # shares of one GPU
+        await b.place(await cluster.job("d", 0.5), _on(n1, 2, share=0.5), "d5")
+        await b.place(await cluster.job("e", 0.5), _on(n1, 2, share=0.5), "d6")  # one GPU
         await _until(b, 0, _has("e", RUNNING))
     running = sorted(j.job_id for j in await b.jobs())
-    assert running == (["a", "d", "e"] if cluster.shares_gpus else ["a"])
+    assert running == ([a, "d", "e"] if cluster.shares_gpus else [a])
 
 
 async def test_preempt_and_cancel_free_the_gpus(cluster: Cluster) -> None:
     b, (_, n1) = cluster.backend, cluster.nodes
-    await b.place(_job("a", 4), _on(n1, 0, 1, 2, 3), "d1")
-    await _until(b, 0, _has("a", RUNNING))
-    await b.preempt("a", "d2")
-    events = await _until(b, 0, _has("a", JobEventType.PREEMPTED))
-    await b.place(_job("b", 4), _on(n1, 0, 1, 2, 3), "d3")
-    events += await _until(b, events[-1].seq, _has("b", RUNNING))
-    await b.cancel("b")
-    await b.cancel("never-placed")  # ignored
-    events += await _until(b, events[-1].seq, _has("b", JobEventType.CANCELLED))
-    assert _steps(events, "a") == [PLACED, RUNNING, JobEventType.PREEMPTED]
-    assert _steps(events, "b") == [PLACED, RUNNING, JobEventType.CANCELLED]
+    a, bb = cluster.id("a"), cluster.id("b")
+    job_a = await cluster.job("a", 4)
+    await b.place(job_a, _on(n1, 0, 1, 2, 3), "d1")
+    await _until(b, 0, _has(a, RUNNING))
+    await b.preempt(a, "d2")
+    events = await _until(b, 0, _has(a, JobEventType.PREEMPTED))
+    await b.place(await cluster.job("b", 4), _on(n1, 0, 1, 2, 3), "d3")
+    events += await _until(b, events[-1].seq, _has(bb, RUNNING))
+    await b.cancel(bb)
+    await b.cancel(cluster.id("never-placed"))  # ignored
+    events += await _until(b, events[-1].seq, _has(bb, JobEventType.CANCELLED))
+    assert _steps(events, a) == [PLACED, RUNNING, JobEventType.PREEMPTED]
+    assert _steps(events, bb) == [PLACED, RUNNING, JobEventType.CANCELLED]
     assert await b.jobs() == []
-    await b.place(_job("a", 4), _on(n1, 0, 1, 2, 3), "d4")  # a preempted job runs again
-    await _until(b, events[-1].seq, _has("a", RUNNING))
+    await b.place(job_a, _on(n1, 0, 1, 2, 3), "d4")  # a preempted job runs again
+    await _until(b, events[-1].seq, _has(a, RUNNING))
 
 
 async def test_park_and_wake(cluster: Cluster) -> None:
-    b, (n0, n1) = cluster.backend, cluster.nodes
-    await b.place(_job("a"), _on(n0, 0), "d1")
-    await _until(b, 0, _has("a", RUNNING))
+    b, (n0, n1), a = cluster.backend, cluster.nodes, cluster.id("a")
+    await b.place(await cluster.job("a"), _on(n0, 0), "d1")
+    await _until(b, 0, _has(a, RUNNING))
     with pytest.raises(NotPlaceable):
         await b.park(n0, "d2")  # it runs a job
     await b.park(n1, "d3")
     assert {n.node_id: n.power for n in await b.nodes()}[n1] is PowerState.PARKED
+    job_b = await cluster.job("b")
     with pytest.raises(NotPlaceable):
-        await b.place(_job("b"), _on(n1, 0), "d4")  # parked
+        await b.place(job_b, _on(n1, 0), "d4")  # parked
     await b.wake(n1, "d5")
 
     def woken(events: list[BackendEvent]) -> bool:
@@ -207,13 +328,13 @@ async def test_park_and_wake(cluster: Cluster) -> None:
     power = [e.power for e in events if e.node_id == n1]
     assert power == [PowerState.PARKED, PowerState.WAKING, PowerState.ON]
     assert {n.node_id: n.power for n in await b.nodes()}[n1] is PowerState.ON
-    await b.place(_job("b"), _on(n1, 0), "d6")
+    await b.place(job_b, _on(n1, 0), "d6")
 
 
 async def test_the_event_log_resumes_after_any_sequence_number(cluster: Cluster) -> None:
     b, (n0, _) = cluster.backend, cluster.nodes
     for i in range(3):
-        await b.place(_job(f"j{i}", 1), _on(n0, i), f"d{i}")
+        await b.place(await cluster.job(f"j{i}", 1), _on(n0, i), f"d{i}")
     first = await _until(b, 0, lambda events: len(events) >= 6)
     again = await _until(b, 4, lambda events: len(events) >= 2)
     assert again[:2] == first[4:6]

@@ -1,5 +1,5 @@
 """gpusched.dispatcher: the core's scheduling cycle on a live cluster, through one Backend
-Protocol (a simulated cluster, Slurm)."""
+Protocol (a simulated cluster, Slurm, Kubernetes)."""
 
 from gpusched.dispatcher.app import Dispatcher, DispatcherStats, run_dispatcher
 from gpusched.dispatcher.backend import (
@@ -11,6 +11,7 @@ from gpusched.dispatcher.backend import (
     BackendNode,
     NotPlaceable,
 )
+from gpusched.dispatcher.kubernetes_backend import KubernetesBackend
 from gpusched.dispatcher.settings import DispatcherSettings, SimClusterSettings
 from gpusched.dispatcher.sim_backend import SimBackend
 from gpusched.dispatcher.simcluster import SimCluster, simcluster_app, trace_durations
@@ -26,6 +27,7 @@ __all__ = [
     "Dispatcher",
     "DispatcherSettings",
     "DispatcherStats",
+    "KubernetesBackend",
     "NotPlaceable",
     "SimBackend",
     "SimCluster",

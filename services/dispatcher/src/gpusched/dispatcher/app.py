@@ -30,6 +30,7 @@ from gpusched.contracts import (
     DemandForecast,
     JobEvent,
     JobEventType,
+    JobRequest,
     PlacementDecision,
     encode,
 )
@@ -206,6 +207,9 @@ class Dispatcher:
             return
         if e.job_id is None or e.type is None:
             return
+        if e.type is JobEventType.SUBMITTED:
+            await self._submitted_by_cluster(e)
+            return
         self.lifecycle(e.job_id, e.type, e.node_ids, e.gpu_indices, now)
         if self._already_recorded(e.job_id, e.type):
             self.seq_done = max(self.seq_done, e.seq)
@@ -229,6 +233,32 @@ class Dispatcher:
         )
         self.seq_done = max(self.seq_done, e.seq)
         self.stats.recorded += 1
+
+    async def _submitted_by_cluster(self, e: BackendEvent) -> None:
+        """A job that arrived through the cluster itself (a pod for our scheduler name):
+        recorded on the jobs topic like any submission, then scheduled."""
+        self.seq_done = max(self.seq_done, e.seq)
+        if e.job_id is None or e.request is None or e.job_id in self.scheduler.jobs:
+            return
+        r = e.request
+        event = JobEvent(
+            event_id=self.event_id(e.seq),
+            ts=datetime.fromtimestamp(e.ts, UTC),
+            job_id=e.job_id,
+            type=JobEventType.SUBMITTED,
+            tenant=e.tenant,
+            priority_class=e.priority_class,
+            request=JobRequest(
+                num_gpu=r.num_gpu,
+                gpu_models=tuple(sorted(r.gpu_models)),
+                cpu_milli=r.cpu_milli,
+                memory_mib=r.memory_mib,
+            ),
+        )
+        topic = JOBS.name(self.prefix)
+        await self.producer.send_and_wait(topic, encode(event), key=e.job_id.encode())
+        self._recorded[e.job_id] = JobEventType.SUBMITTED
+        self.submitted(event, time.time())
 
     def _already_recorded(self, job_id: str, kind: JobEventType) -> bool:
         """A backend whose log restarted (Slurm: a new backend object) reports again what

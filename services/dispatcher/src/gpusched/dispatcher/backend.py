@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gpusched.contracts import JobEventType
-from gpusched.core import Allocation, Job, PowerState
+from gpusched.core import Allocation, Job, PowerState, Request
 
 __all__ = [
     "AlreadyPlaced",
@@ -73,6 +73,10 @@ class BackendEvent:
     reason: str | None = None
     node_id: str | None = None
     power: PowerState | None = None
+    # on 'submitted' only: a job that arrived through the cluster (a Kubernetes pod)
+    request: Request | None = None
+    tenant: str = "default"
+    priority_class: str = "normal"
 
 
 class Backend(Protocol):
