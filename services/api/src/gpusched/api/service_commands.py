@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -28,13 +27,10 @@ from gpusched.api.settings import ApiSettings
 from gpusched.collector import CollectorError, CollectorSettings, run_collector
 from gpusched.core import CoreError, make_policy
 from gpusched.dispatcher import (
-    Backend,
     BackendError,
     DispatcherSettings,
-    SimBackend,
     SimCluster,
     SimClusterSettings,
-    SlurmBackend,
     run_dispatcher,
     simcluster_app,
     trace_durations,
@@ -202,21 +198,8 @@ def dispatch(
     except CoreError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
-    backend: Backend
-    if settings.dispatcher_backend == "slurm":
-        token = settings.dispatcher_slurm_token or os.environ.get("SLURM_JWT", "")
-        job_s = settings.dispatcher_slurm_job_s
-        backend = SlurmBackend(
-            settings.dispatcher_slurm_url,
-            token,
-            dict(os.environ),
-            settings.dispatcher_slurm_partition,
-            run_s=lambda _: job_s,
-        )
-    else:
-        backend = SimBackend(settings.dispatcher_sim_url)
     try:
-        stats = _until_signal(lambda stop: run_dispatcher(settings, backend, stop))
+        stats = _until_signal(lambda stop: run_dispatcher(settings, None, stop))
     except BackendError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -389,10 +389,14 @@ async def build_dispatcher(
 
 
 async def run_dispatcher(
-    settings: DispatcherSettings, backend: Backend, stop: asyncio.Event | None = None
+    settings: DispatcherSettings, backend: Backend | None = None, stop: asyncio.Event | None = None
 ) -> DispatcherStats:
-    """Dispatch until ``stop`` is set."""
+    """Dispatch until ``stop`` is set (through the backend the settings name by default)."""
     stop = stop or asyncio.Event()
+    if backend is None:
+        from gpusched.dispatcher.backends import make_backend
+
+        backend = await make_backend(settings)
     bootstrap, prefix = settings.kafka_bootstrap_servers, settings.topic_prefix
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
     await producer.start()

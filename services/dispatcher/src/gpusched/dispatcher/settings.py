@@ -18,9 +18,9 @@ class DispatcherSettings(KafkaSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
 
-    dispatcher_backend: Literal["sim", "slurm"] = Field(
+    dispatcher_backend: Literal["sim", "slurm", "kubernetes"] = Field(
         default="sim",
-        description="cluster backend: sim (a `gpusched simcluster` process) or slurm",
+        description="cluster backend: sim (a `gpusched simcluster` process), slurm, kubernetes",
     )
     dispatcher_sim_url: str = Field(
         default="http://127.0.0.1:18200", description="where the simulated cluster listens"
@@ -34,6 +34,16 @@ class DispatcherSettings(KafkaSettings):
     dispatcher_slurm_partition: str = Field(default="gpu", description="partition jobs go to")
     dispatcher_slurm_job_s: float = Field(
         default=60.0, gt=0, description="how long the placeholder job script sleeps (slurm)"
+    )
+    dispatcher_kube_url: str = Field(
+        default="", description="kube-apiserver URL (backend kubernetes); empty: kubeconfig"
+    )
+    dispatcher_kube_token: str = Field(default="", description="bearer token for the URL")
+    dispatcher_kube_verify_tls: bool = Field(
+        default=True, description="verify the API server's certificate"
+    )
+    dispatcher_kube_scheduler_name: str = Field(
+        default="gpusched", description="pods naming this schedulerName are ours"
     )
     dispatcher_policy: str = Field(default="dynamic", description="scheduling policy (core)")
     dispatcher_placement: str = Field(default="bestfit", description="placement strategy")
