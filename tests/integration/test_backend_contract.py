@@ -109,9 +109,9 @@ def _slurm(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
 
 
 def _kubernetes(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
-    if not shutil.which("go") and not Path("/usr/local/go/bin/go").exists():
-        if not any(_cache_dir().glob("kube-apiserver-*")):
-            pytest.skip("kube-apiserver is built from the k8s.io/kubernetes module: needs Go")
+    no_go = not shutil.which("go") and not Path("/usr/local/go/bin/go").exists()
+    if no_go and not any(_cache_dir().glob("kube-apiserver-*")):
+        pytest.skip("kube-apiserver is built from the k8s.io/kubernetes module: needs Go")
     kube = LocalKube(tmp_path / "kube")
     kube.up()
     try:
