@@ -317,6 +317,10 @@ class Dispatcher:
         except BackendError as exc:
             self.stats.refused += 1
             log.error("decision %s not applied: %s", decision_id, exc)
+            if isinstance(d, Place) and d.job_id in self.scheduler.running:
+                # Placing again is safe: a backend refuses a job that already runs, and
+                # if this one did start, its 'placed' event puts it back to running here.
+                self.scheduler.requeue(d.job_id, now)
 
 
 def _decision(d: Decision, decision_id: str, epoch: int) -> PlacementDecision:

@@ -41,7 +41,7 @@ __all__ = ["PlaceBody", "SimCluster", "simcluster_app"]
 class PlaceBody(BaseModel):
     node_ids: tuple[str, ...] = Field(min_length=1)
     gpu_indices: tuple[tuple[int, ...], ...]
-    share: float = Field(default=1.0, gt=0, le=1)
+    share: float = Field(default=1.0, ge=0, le=1)  # 0: a CPU-only job
     cpu_milli: int = Field(default=0, ge=0)
     memory_mib: int = Field(default=0, ge=0)
     decision_id: str

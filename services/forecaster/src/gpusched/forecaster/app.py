@@ -39,6 +39,7 @@ WHERE type IN ('submitted', 'finished', 'failed', 'cancelled')
 ORDER BY ts
 """
 _CATCH_UP_S = 60.0
+_RETRY_S = 30.0
 
 
 class DemandFolder:
@@ -191,7 +192,9 @@ async def run_forecaster(
                 log.info("no job events yet; nothing to forecast")
             if rounds is not None and done >= rounds:
                 break
-            wait_s = settings.forecaster_refit_s if folder.builder else min(5.0, wait_s_max)
+            # Until there is a first forecast (no events, or no whole step yet), look again
+            # soon rather than after a full refit period.
+            wait_s = wait_s_max if published else min(_RETRY_S, wait_s_max)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait_s)
     finally:
