@@ -43,6 +43,7 @@ from gpusched.dispatcher import (
     SlurmBackend,
 )
 from gpusched.dispatcher.kubernetes_backend import GPU, MODEL_LABEL
+from gpusched.dispatcher.slurm_backend import slurm_nice
 from tests.pipeline import GPUSCHED, free_port, write_cluster
 
 pytestmark = [pytest.mark.slow]
@@ -62,6 +63,8 @@ class Cluster:
     # Kubernetes jobs are pods that exist before they are placed, named <ns>:<pod>
     submit: Callable[[Job], Awaitable[Job]] | None = None
     stop: Callable[[], Awaitable[None]] | None = None
+    # what the cluster's own tools show of a waiting job's priority (None: no queue)
+    shown_priority: Callable[[str], Awaitable[str | None]] | None = None
 
     async def job(self, name: str, gpus: float = 2) -> Job:
         job = Job(name, Request(gpus, frozenset({"V100"})), 0.0)
@@ -99,10 +102,22 @@ def _slurm(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
     slurm.up()
     try:
         token = slurm.token()
+
+        async def shown(job_id: str) -> str | None:
+            proc = await asyncio.create_subprocess_exec(
+                "scontrol", "show", "job", env=slurm.env, stdout=asyncio.subprocess.PIPE
+            )
+            out = (await proc.communicate())[0].decode()
+            for block in out.split("\n\n"):
+                if f"JobName={job_id} " in block or f"JobName={job_id}\n" in block:
+                    return block.split("Nice=", 1)[1].split()[0]
+            return None
+
         yield lambda: Cluster(
             SlurmBackend(slurm.rest_url, token, slurm.env, run_s=lambda _: 1.0, poll_s=0.2),
             ("node0000", "node0001"),
             False,
+            shown_priority=shown,
         )
     finally:
         slurm.down()
@@ -125,7 +140,8 @@ def _kube_cluster(kube: LocalKube) -> Cluster:
     cfg.verify_ssl = False
     cfg.api_key = {"BearerToken": kube.token}
     cfg.api_key_prefix = {"BearerToken": "Bearer"}
-    core = client.CoreV1Api(client.ApiClient(cfg))
+    api = client.ApiClient(cfg)
+    core = client.CoreV1Api(api)
     ready = asyncio.Event()
 
     async def nodes() -> None:
@@ -193,10 +209,14 @@ def _kube_cluster(kube: LocalKube) -> Cluster:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await core.api_client.close()
+        await api.close()
+
+    async def shown(job_id: str) -> str | None:
+        pod = await core.read_namespaced_pod(job_id.partition(":")[2], "default")
+        return (pod.metadata.annotations or {}).get("gpusched.io/score")
 
     backend = KubernetesBackend(client.ApiClient(cfg), poll_s=0.2)
-    return Cluster(backend, ("node0000", "node0001"), False, submit, stop)
+    return Cluster(backend, ("node0000", "node0001"), False, submit, stop, shown)
 
 
 @pytest.fixture(
@@ -313,6 +333,11 @@ async def test_preempt_and_cancel_free_the_gpus(cluster: Cluster) -> None:
     assert _steps(events, a) == [PLACED, RUNNING, JobEventType.PREEMPTED]
     assert _steps(events, bb) == [PLACED, RUNNING, JobEventType.CANCELLED]
     assert await b.jobs() == []
+    await b.prioritize(a, -2.5)  # a waits again: the cluster's queue shows our order
+    await b.prioritize(cluster.id("never-placed"), 1.0)  # ignored
+    if cluster.shown_priority is not None:
+        expected = {"slurm": str(slurm_nice(-2.5)), "kubernetes": "-2.5"}[b.name]
+        assert await cluster.shown_priority(a) == expected
     await b.place(job_a, _on(n1, 0, 1, 2, 3), "d4")  # a preempted job runs again
     await _until(b, events[-1].seq, _has(a, RUNNING))
 

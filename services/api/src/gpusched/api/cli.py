@@ -8,12 +8,12 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from gpusched.api.feed import feed
 from gpusched.api.forecast_command import forecast_app
 from gpusched.api.platform import up
+from gpusched.api.progress import progress_bar
 from gpusched.api.service_commands import (
     api,
     collect,
@@ -97,13 +97,7 @@ def replay_command(
 ) -> None:
     """Replay a trace through the scheduling policies and compare them."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as progress:
+    with progress_bar(console) as progress:
         task = None
 
         def on_start(name: str, total: int) -> None:

@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gpusched.api.progress import progress_bar
 from gpusched.api.service_commands import forecast
 from gpusched.forecaster import ForecasterSettings, backtest, offered_demand
 from gpusched.forecaster.backtest import BACKTEST_MODELS
@@ -81,13 +81,7 @@ def backtest_command(
     cfg = replace(ForecasterSettings().models(), step_s=step_s)
     every_steps = _steps(parse_duration(every), step_s, "--every")
     train_steps = _steps(parse_duration(min_train), step_s, "--min-train")
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console) as progress:
+    with progress_bar(console) as progress:
         origins = max((len(values) - max(leads.values()) - train_steps) // every_steps + 1, 0)
         task = progress.add_task("fits", total=origins * len(BACKTEST_MODELS))
         try:

@@ -10,6 +10,7 @@ from gpusched.dispatcher.backend import (
     BackendJob,
     BackendNode,
     NotPlaceable,
+    PolledLog,
 )
 from gpusched.dispatcher.kubernetes_backend import KubernetesBackend
 from gpusched.dispatcher.settings import DispatcherSettings, SimClusterSettings
@@ -29,6 +30,7 @@ __all__ = [
     "DispatcherStats",
     "KubernetesBackend",
     "NotPlaceable",
+    "PolledLog",
     "SimBackend",
     "SimCluster",
     "SimClusterSettings",

@@ -31,11 +31,13 @@ from gpusched.contracts import (
     JobEvent,
     JobEventType,
     JobRequest,
+    NodeView,
     PlacementDecision,
+    PriorityUpdate,
     encode,
 )
 from gpusched.contracts.follow import follow_topic
-from gpusched.contracts.topics import CONTROL, FORECASTS, JOBS, PLACEMENTS
+from gpusched.contracts.topics import CONTROL, FORECASTS, JOBS, PLACEMENTS, PRIORITIES, VIEW
 from gpusched.core import (
     Allocation,
     CoreError,
@@ -108,6 +110,8 @@ class Dispatcher:
     _decisions: int = 0
     _meta: dict[str, tuple[str, str]] = field(default_factory=dict)  # job -> tenant, class
     _recorded: dict[str, JobEventType] = field(default_factory=dict)  # last step on the topic
+    unhealthy: set[str] = field(default_factory=set)  # nodes the live view says are not
+    priorities: asyncio.Queue[PriorityUpdate] = field(default_factory=asyncio.Queue)
 
     @property
     def prefix(self) -> str:
@@ -185,6 +189,31 @@ class Dispatcher:
     def ours(self, event: JobEvent) -> bool:
         """Recorded from this backend's log (not sent by a user or integrator)."""
         return event.event_id.startswith(f"{self.backend.name}-{self.log_id}-")
+
+    def view(self, node: NodeView) -> None:
+        """The processor's live view: an unhealthy node (uncorrected ECC errors, all GPUs
+        stale) gets no new work until it is healthy again."""
+        if node.node_id not in self.scheduler.state.nodes:
+            return
+        if node.healthy:
+            self.unhealthy.discard(node.node_id)
+        elif node.node_id not in self.unhealthy:
+            self.unhealthy.add(node.node_id)
+            log.warning("node %s is unhealthy in the live view; no new work there", node.node_id)
+
+    def priority(self, update: PriorityUpdate) -> None:
+        """The processor's priorities, passed on to the cluster for jobs still waiting."""
+        if update.job_id in self.scheduler.queue:
+            self.priorities.put_nowait(update)
+
+    async def forward_priorities(self) -> None:
+        while True:
+            update = await self.priorities.get()
+            if update.job_id in self.scheduler.queue:
+                try:
+                    await self.backend.prioritize(update.job_id, update.score)
+                except BackendError as exc:
+                    log.warning("priority of %s not passed on: %s", update.job_id, exc)
 
     def control(self, parameter: ControlParameter) -> None:
         try:
@@ -275,7 +304,12 @@ class Dispatcher:
         """One scheduling cycle: every decision is published (all of them, awaited) before
         the first is applied."""
         now = time.time()
-        decisions = self.scheduler.cycle(now).decisions
+        state = self.scheduler.state
+        state.hide(self.unhealthy)
+        try:
+            decisions = self.scheduler.cycle(now).decisions
+        finally:
+            state.unhide(self.unhealthy)
         numbered = []
         for d in decisions:
             self._decisions += 1
@@ -421,6 +455,11 @@ async def run_dispatcher(
             follow_topic(
                 bootstrap, CONTROL.name(prefix), ControlParameter, d.control, asyncio.Event()
             ),
+            follow_topic(bootstrap, VIEW.name(prefix), NodeView, d.view, asyncio.Event()),
+            follow_topic(
+                bootstrap, PRIORITIES.name(prefix), PriorityUpdate, d.priority, asyncio.Event()
+            ),
+            d.forward_priorities(),
         )
         tasks += [asyncio.create_task(f) for f in followers]
         while not stop.is_set():

@@ -9,9 +9,13 @@ recorded, and a re-sent event is the same event (the sink keeps one).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpusched.contracts import JobEventType
 from gpusched.core import Allocation, Job, PowerState, Request
@@ -24,6 +28,7 @@ __all__ = [
     "BackendJob",
     "BackendNode",
     "NotPlaceable",
+    "PolledLog",
 ]
 
 
@@ -106,6 +111,11 @@ class Backend(Protocol):
         """Stop a running job for good (reported cancelled); unknown jobs are ignored."""
         ...
 
+    async def prioritize(self, job_id: str, score: float) -> None:
+        """Tell the cluster a pending job's priority (lower score runs first), for its
+        own queue views; a job it does not hold pending is ignored."""
+        ...
+
     async def park(self, node_id: str, decision_id: str) -> None: ...
 
     async def wake(self, node_id: str, decision_id: str) -> None:
@@ -117,3 +127,48 @@ class Backend(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+class PolledLog:
+    """The event log of a backend that learns what happens by polling its cluster (Slurm,
+    Kubernetes): the log lives in the backend object, so each one has a new ``log_id``.
+
+    ``poll`` is called every ``poll_s`` once the log is first read or written to; it
+    compares the cluster with what was reported and ``append``s the differences.
+    """
+
+    def __init__(self, poll: Callable[[], Awaitable[None]], poll_s: float) -> None:
+        self.log_id = uuid.uuid4().hex[:12]
+        self.events: list[BackendEvent] = []
+        self._poll, self.poll_s = poll, poll_s
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def append(self, **fields: Any) -> None:
+        self.events.append(BackendEvent(seq=len(self.events) + 1, ts=time.time(), **fields))
+        self._changed.set()
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self._poll()
+            await asyncio.sleep(self.poll_s)
+
+    async def after(self, seq: int) -> AsyncIterator[BackendEvent]:
+        """Every event above ``seq``, then new ones as they come (the Protocol's events)."""
+        self.start()
+        while True:
+            while len(self.events) > seq:
+                seq += 1
+                yield self.events[seq - 1]
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), self.poll_s * 5)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)

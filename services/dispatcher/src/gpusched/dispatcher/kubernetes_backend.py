@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -36,6 +34,7 @@ from gpusched.dispatcher.backend import (
     BackendJob,
     BackendNode,
     NotPlaceable,
+    PolledLog,
 )
 
 __all__ = ["GPU", "KubernetesBackend", "pod_request"]
@@ -78,12 +77,9 @@ class KubernetesBackend:
     ) -> None:
         self.api, self.scheduler_name, self.poll_s = api, scheduler_name, poll_s
         self.core = client.CoreV1Api(api)
-        self._log_id = uuid.uuid4().hex[:12]
-        self.log: list[BackendEvent] = []
+        self._log = PolledLog(self._poll, poll_s)
         self._seen: dict[str, str] = {}  # job id -> last state we reported
         self._requeueing: set[str] = set()
-        self._changed = asyncio.Event()
-        self._poller: asyncio.Task[None] | None = None
 
     # -- pods -----------------------------------------------------------------------------
     @staticmethod
@@ -107,7 +103,7 @@ class KubernetesBackend:
 
     # -- the Protocol ---------------------------------------------------------------------
     async def log_id(self) -> str:
-        return self._log_id
+        return self._log.log_id
 
     async def nodes(self) -> list[BackendNode]:
         out = []
@@ -133,7 +129,7 @@ class KubernetesBackend:
         ]
 
     async def place(self, job: Job, allocations: tuple[Allocation, ...], decision_id: str) -> None:
-        self._start_polling()
+        self._log.start()
         if len(allocations) != 1:
             raise NotPlaceable(f"job {job.job_id}: a pod runs on one node, not {len(allocations)}")
         alloc = allocations[0]
@@ -197,7 +193,7 @@ class KubernetesBackend:
             self._requeueing.discard(job_id)
             raise NotPlaceable(f"evicting {job_id}: {exc.status} {exc.reason}") from exc
         await self._recreate(pod)
-        self._append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision_id)
+        self._log.append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision_id)
         self._seen[job_id] = "pending"
 
     async def _recreate(self, pod: Any) -> None:
@@ -230,48 +226,39 @@ class KubernetesBackend:
         with contextlib.suppress(ApiException):
             await self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
 
+    async def prioritize(self, job_id: str, score: float) -> None:
+        """Pending pods carry gpusched's score in the annotation ``gpusched.io/score``."""
+        pod = await self._pod(job_id)
+        if pod is not None and not pod.spec.node_name:
+            await self.core.patch_namespaced_pod(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                {"metadata": {"annotations": {"gpusched.io/score": f"{score:.6g}"}}},
+            )
+
     async def park(self, node_id: str, decision_id: str) -> None:
         active = [p for p in await self._pods() if p.status.phase in ("Pending", "Running")]
         if any(p.spec.node_name == node_id for p in active):
             raise NotPlaceable(f"node {node_id} runs pods; it cannot be parked")
         await self.core.patch_node(node_id, {"spec": {"unschedulable": True}})
-        self._append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
+        self._log.append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
 
     async def wake(self, node_id: str, decision_id: str) -> None:
         await self.core.patch_node(node_id, {"spec": {"unschedulable": False}})
-        self._append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
-        self._append(node_id=node_id, power=PowerState.ON)
+        self._log.append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
+        self._log.append(node_id=node_id, power=PowerState.ON)
 
-    async def events(self, after: int) -> AsyncIterator[BackendEvent]:
-        self._start_polling()
-        while True:
-            while len(self.log) > after:
-                after += 1
-                yield self.log[after - 1]
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.poll_s * 5)
+    def events(self, after: int) -> AsyncIterator[BackendEvent]:
+        return self._log.after(after)
 
     async def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
+        await self._log.close()
         await self.api.close()
 
     # -- lifecycle from polling ------------------------------------------------------------
-    def _append(self, **fields: Any) -> None:
-        self.log.append(BackendEvent(seq=len(self.log) + 1, ts=time.time(), **fields))
-        self._changed.set()
-
-    def _start_polling(self) -> None:
-        if self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
-
     async def _poll(self) -> None:
-        while True:
-            with contextlib.suppress(ApiException, OSError):
-                await self.observe(await self._pods())
-            await asyncio.sleep(self.poll_s)
+        with contextlib.suppress(ApiException, OSError):  # the API server is back next round
+            await self.observe(await self._pods())
 
     async def observe(self, pods: list[Any]) -> None:
         """Compare the pods with what was reported; report the differences."""
@@ -286,7 +273,7 @@ class KubernetesBackend:
             self._seen[job_id] = state
             if before is None:
                 labels = pod.metadata.labels or {}
-                self._append(
+                self._log.append(
                     job_id=job_id,
                     type=JobEventType.SUBMITTED,
                     request=pod_request(pod),
@@ -298,19 +285,21 @@ class KubernetesBackend:
             decision = (pod.metadata.annotations or {}).get("gpusched.io/decision")
             where = {"node_ids": (pod.spec.node_name,), "gpu_indices": (_indices(pod),)}
             if state in ("bound", "running") and before in (None, "pending"):
-                self._append(job_id=job_id, type=JobEventType.PLACED, decision_id=decision, **where)
+                self._log.append(
+                    job_id=job_id, type=JobEventType.PLACED, decision_id=decision, **where
+                )
             if state == "running":
-                self._append(
+                self._log.append(
                     job_id=job_id, type=JobEventType.RUNNING, decision_id=decision, **where
                 )
             elif state in ("succeeded", "failed"):
                 kind = JobEventType.FINISHED if state == "succeeded" else JobEventType.FAILED
-                self._append(job_id=job_id, type=kind)
+                self._log.append(job_id=job_id, type=kind)
         for job_id, state in list(self._seen.items()):
             gone = job_id not in present and job_id not in self._requeueing
             if gone and state not in ("succeeded", "failed", "gone"):
                 self._seen[job_id] = "gone"
-                self._append(job_id=job_id, type=JobEventType.CANCELLED, reason="pod deleted")
+                self._log.append(job_id=job_id, type=JobEventType.CANCELLED, reason="pod deleted")
 
 
 def _state(pod: Any) -> str:

@@ -85,6 +85,9 @@ class SimBackend:
     async def cancel(self, job_id: str) -> None:
         await self._call("DELETE", f"/jobs/{job_id}")
 
+    async def prioritize(self, job_id: str, score: float) -> None:
+        """The simulated cluster keeps no queue of its own: nothing to tell it."""
+
     async def park(self, node_id: str, decision_id: str) -> None:
         await self._call("POST", f"/nodes/{node_id}/park", json={"decision_id": decision_id})
 

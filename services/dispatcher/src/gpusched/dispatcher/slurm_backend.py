@@ -20,8 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -36,9 +34,10 @@ from gpusched.dispatcher.backend import (
     BackendJob,
     BackendNode,
     NotPlaceable,
+    PolledLog,
 )
 
-__all__ = ["SlurmBackend", "expand_hostlist", "gres_indices"]
+__all__ = ["SlurmBackend", "expand_hostlist", "gres_indices", "slurm_nice"]
 
 API = "/slurm/v0.0.38"
 _ENDS = {
@@ -80,6 +79,12 @@ def gres_indices(detail: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def slurm_nice(score: float) -> int:
+    """gpusched's score (lower runs first) as a Slurm nice value (lower runs first). Nice,
+    not Priority: Slurm refuses a Priority for a job requeued in held state."""
+    return max(-(2**31 - 3), min(2**31 - 3, round(score * 1000)))
+
+
 def _gres_count(gres: str) -> int:
     match = re.match(r"gpu(?::[^:(]+)?:(\d+)", gres)
     return int(match.group(1)) if match else 0
@@ -103,13 +108,10 @@ class SlurmBackend:
             headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token},
             timeout=30,
         )
-        self._log_id = uuid.uuid4().hex[:12]
-        self.log: list[BackendEvent] = []
+        self._log = PolledLog(self._poll, poll_s)
         self._seen: dict[str, str] = {}  # our job id -> last Slurm state
         self._running: set[str] = set()  # reported running, not yet requeued or ended
         self._ids: dict[str, int] = {}  # our job id -> Slurm job id
-        self._changed = asyncio.Event()
-        self._poller: asyncio.Task[None] | None = None
 
     # -- Slurm access -------------------------------------------------------------------
     async def _get(self, path: str) -> dict[str, Any]:
@@ -140,7 +142,7 @@ class SlurmBackend:
 
     # -- the Protocol ---------------------------------------------------------------------
     async def log_id(self) -> str:
-        return self._log_id
+        return self._log.log_id
 
     async def nodes(self) -> list[BackendNode]:
         out = []
@@ -170,7 +172,7 @@ class SlurmBackend:
         return out
 
     async def place(self, job: Job, allocations: tuple[Allocation, ...], decision_id: str) -> None:
-        self._start_polling()
+        self._log.start()
         gpus = sum(len(a.gpu_indices) for a in allocations) if job.request.num_gpu else 0
         nodes = [a.node_id for a in allocations]
         await self._check_room(job.job_id, allocations)
@@ -228,6 +230,14 @@ class SlurmBackend:
         if slurm_id is not None:
             await self._cli("scancel", str(slurm_id))
 
+    async def prioritize(self, job_id: str, score: float) -> None:
+        """A held (preempted) job's Slurm nice value follows gpusched's score, so Slurm's
+        own priority lists the waiting jobs in gpusched's order."""
+        slurm_id = self._ids.get(job_id)
+        if slurm_id is not None and self._seen.get(job_id) == "PENDING":
+            nice = f"Nice={slurm_nice(score)}"
+            await self._cli("scontrol", "update", f"JobId={slurm_id}", nice)
+
     async def park(self, node_id: str, decision_id: str) -> None:
         node = next((n for n in (await self._get("/nodes"))["nodes"] if n["name"] == node_id), None)
         if node is None:
@@ -237,46 +247,25 @@ class SlurmBackend:
         await self._cli(
             "scontrol", "update", f"NodeName={node_id}", "State=DRAIN", "Reason=gpusched-park"
         )
-        self._append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
+        self._log.append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
 
     async def wake(self, node_id: str, decision_id: str) -> None:
         await self._cli("scontrol", "update", f"NodeName={node_id}", "State=RESUME")
-        self._append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
-        self._append(node_id=node_id, power=PowerState.ON)  # no power-on delay here
+        self._log.append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
+        self._log.append(node_id=node_id, power=PowerState.ON)  # no power-on delay here
 
-    async def events(self, after: int) -> AsyncIterator[BackendEvent]:
-        self._start_polling()
-        while True:
-            while len(self.log) > after:
-                after += 1
-                yield self.log[after - 1]
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), self.poll_s * 5)
+    def events(self, after: int) -> AsyncIterator[BackendEvent]:
+        return self._log.after(after)
 
     async def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            await asyncio.gather(self._poller, return_exceptions=True)
+        await self._log.close()
         await self._http.aclose()
 
     # -- lifecycle from polling ----------------------------------------------------------
-    def _append(self, **fields: Any) -> None:
-        self.log.append(BackendEvent(seq=len(self.log) + 1, ts=time.time(), **fields))
-        self._changed.set()
-
-    def _start_polling(self) -> None:
-        if self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self._poll())
-
     async def _poll(self) -> None:
-        while True:
-            try:
-                for j in await self._slurm_jobs():
-                    self._observe(j)
-            except BackendError:
-                pass  # slurmrestd is back on the next round
-            await asyncio.sleep(self.poll_s)
+        with contextlib.suppress(BackendError):  # slurmrestd is back on the next round
+            for j in await self._slurm_jobs():
+                self._observe(j)
 
     def _observe(self, j: dict[str, Any]) -> None:
         job_id, state = str(j["name"]), str(j["job_state"])
@@ -291,13 +280,13 @@ class SlurmBackend:
             nodes = tuple(expand_hostlist(j["nodes"]))
             idx = tuple(gres_indices(d) for d in j.get("gres_detail", []))
             where = {"node_ids": nodes, "gpu_indices": idx, "decision_id": decision}
-            self._append(job_id=job_id, type=JobEventType.PLACED, **where)
-            self._append(job_id=job_id, type=JobEventType.RUNNING, **where)
+            self._log.append(job_id=job_id, type=JobEventType.PLACED, **where)
+            self._log.append(job_id=job_id, type=JobEventType.RUNNING, **where)
         elif state == "PENDING" and job_id in self._running:
             # requeued (through REQUEUE_HOLD / COMPLETING on the way, polls may see either)
-            self._append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision)
+            self._log.append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision)
         if state != "RUNNING" and state not in ("COMPLETING", "REQUEUE_HOLD", "REQUEUED"):
             self._running.discard(job_id)
         if state in _ENDS:  # also when first seen ended: it ended between two polls
             reason = str(j.get("state_reason") or "") or None
-            self._append(job_id=job_id, type=_ENDS[state], reason=reason)
+            self._log.append(job_id=job_id, type=_ENDS[state], reason=reason)
