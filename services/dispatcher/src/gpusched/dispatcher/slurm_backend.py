@@ -4,8 +4,8 @@ Reads go through slurmrestd (JWT): nodes with their GRES in use, jobs with the G
 indices each node gave them. Changes go through the Slurm CLI where the REST API of
 22.05 does not serve them: its job/submit refuses ``required_nodes`` ("Disabled key",
 v0.0.37 and v0.0.38), and it has no requeue or node update. A placement is
-``sbatch --hold`` onto exactly the chosen nodes with typed GPUs (``--gpus=<type>:<n>``, type = the GPU model in lower case) and
-then ``scontrol release``; preemption is ``scontrol requeuehold`` (the job waits, held,
+``sbatch --hold`` onto exactly the chosen nodes with typed GPUs
+(``--gpus=<type>:<n>``, type = the GPU model in lower case), then ``scontrol release``; preemption is ``scontrol requeuehold`` (the job waits, held,
 until the dispatcher places it again: ``scontrol update ReqNodeList=...`` and release);
 cancel is ``scancel``; parking drains a node and waking resumes it.
 
