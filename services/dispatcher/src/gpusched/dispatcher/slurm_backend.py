@@ -5,9 +5,10 @@ indices each node gave them. Changes go through the Slurm CLI where the REST API
 22.05 does not serve them: its job/submit refuses ``required_nodes`` ("Disabled key",
 v0.0.37 and v0.0.38), and it has no requeue or node update. A placement is
 ``sbatch --hold`` onto exactly the chosen nodes with typed GPUs
-(``--gpus=<type>:<n>``, type = the GPU model in lower case), then ``scontrol release``; preemption is ``scontrol requeuehold`` (the job waits, held,
-until the dispatcher places it again: ``scontrol update ReqNodeList=...`` and release);
-cancel is ``scancel``; parking drains a node and waking resumes it.
+(``--gpus=<type>:<n>``, type = the GPU model in lower case), then ``scontrol release``;
+preemption is ``scontrol requeuehold`` (the job waits, held, until the dispatcher places
+it again: ``scontrol update ReqNodeList=...`` and release); cancel is ``scancel``;
+parking drains a node and waking resumes it.
 
 Slurm picks the GPU indices inside a node, so the indices a decision named are advice;
 the events carry the ones Slurm chose. A whole GPU is the smallest unit (Slurm without
