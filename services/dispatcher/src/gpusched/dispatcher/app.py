@@ -419,6 +419,12 @@ async def build_dispatcher(
     await _read_all(bootstrap, JOBS.name(prefix), JobEvent, events)
     for event in sorted(events, key=lambda e: e.ts):
         d.recorded(event)
+    for running in await backend.jobs():
+        job = scheduler.jobs.get(running.job_id)
+        if job is not None and job.state is JobState.FINISHED:
+            # cancelled (by a user) while no dispatcher ran: the cluster still runs it
+            log.info("cancelling %s: it ended on the record but still runs", running.job_id)
+            await backend.cancel(running.job_id)
     log.info(
         "epoch %d: %d job events replayed (%d jobs, %d running); backend log %s after %d",
         epoch, len(events), len(scheduler.jobs), len(scheduler.running), d.log_id, d.seq_done,
