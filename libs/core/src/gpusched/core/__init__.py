@@ -20,7 +20,7 @@ from gpusched.core.model import (
     Request,
     WakeNode,
 )
-from gpusched.core.outlook import DemandOutlook
+from gpusched.core.outlook import DEMAND_SERIES, DemandOutlook, StepForecast, arrivals_series
 from gpusched.core.params import Params
 from gpusched.core.placement import PLACEMENTS, Placement, make_placement
 from gpusched.core.policies import POLICIES, Oracle, Policy, make_policy
@@ -30,6 +30,7 @@ from gpusched.core.runtime import RuntimePredictor
 from gpusched.core.scheduler import CycleResult, Reservation, Scheduler
 
 __all__ = [
+    "DEMAND_SERIES",
     "PLACEMENTS",
     "POLICIES",
     "Allocation",
@@ -59,8 +60,10 @@ __all__ = [
     "Reservation",
     "RuntimePredictor",
     "Scheduler",
+    "StepForecast",
     "UnknownName",
     "WakeNode",
+    "arrivals_series",
     "make_placement",
     "make_policy",
     "never_fits",

@@ -2,48 +2,35 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from gpusched.contracts import DemandForecast
+from gpusched.core import DEMAND_SERIES, StepForecast, arrivals_series
 
 __all__ = ["LiveOutlook"]
-
-DEMAND = "gpu_demand/all"
 
 
 class LiveOutlook:
     """The latest forecast of each series, as the forecaster published it."""
 
     def __init__(self) -> None:
-        self.latest: dict[str, DemandForecast] = {}
+        self._latest: dict[str, tuple[datetime, StepForecast]] = {}
 
     def apply(self, forecast: DemandForecast) -> None:
-        held = self.latest.get(forecast.series)
-        if held is None or forecast.ts >= held.ts:
-            self.latest[forecast.series] = forecast
-
-    def _points(self, series: str, now: float, span_s: float) -> list[tuple[float, float, float]]:
-        """(start, yhat, upper) of the steps of ``series`` overlapping [now, now + span]."""
-        f = self.latest.get(series)
-        if f is None or not f.points:
-            return []
-        steps = [(p.ts.timestamp(), p.yhat, p.upper) for p in f.points]
-        if not steps[0][0] <= now or now + span_s >= steps[-1][0] + f.step_s:
-            return []  # the forecast does not cover the whole window
-        return [s for s in steps if s[0] + f.step_s > now and s[0] <= now + span_s]
+        held = self._latest.get(forecast.series)
+        if (held is None or forecast.ts >= held[0]) and forecast.points:
+            steps = StepForecast(
+                forecast.points[0].ts.timestamp(),
+                float(forecast.step_s),
+                tuple(p.yhat for p in forecast.points),
+                tuple(p.upper for p in forecast.points),
+            )
+            self._latest[forecast.series] = (forecast.ts, steps)
 
     def demand_rise(self, now: float, span_s: float) -> float | None:
-        steps = self._points(DEMAND, now, span_s)
-        if not steps:
-            return None
-        return max(s[1] for s in steps) - steps[0][1]
+        held = self._latest.get(DEMAND_SERIES)
+        return held[1].rise(now, span_s) if held else None
 
     def arrivals(self, now: float, span_s: float, priority_class: str) -> float | None:
-        series = f"arrivals/class={priority_class}"
-        steps = self._points(series, now, span_s)
-        if not steps:
-            return None
-        step_s = self.latest[series].step_s
-        end = now + span_s
-        return sum(
-            upper * (min(start + step_s, end) - max(start, now)) / step_s
-            for start, _, upper in steps
-        )
+        held = self._latest.get(arrivals_series(priority_class))
+        return held[1].upper_sum(now, span_s) if held else None

@@ -17,7 +17,6 @@ forecaster's own record; only errors whose target is already in the past are use
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from dataclasses import dataclass, replace
 
@@ -64,13 +63,6 @@ class Forecast:
     lower: np.ndarray
     upper: np.ndarray
     note: str | None = None
-
-    def at(self, t: float) -> tuple[float, float, float] | None:
-        """(yhat, lower, upper) of the step holding ``t``; None outside the horizon."""
-        i = math.floor((t - self.start) / self.step_s)
-        if not 0 <= i < len(self.yhat):
-            return None
-        return float(self.yhat[i]), float(self.lower[i]), float(self.upper[i])
 
     def clipped(self) -> Forecast:
         """Demand is never negative; keeps lower <= yhat <= upper."""

@@ -20,19 +20,13 @@ from concurrent.futures import Future, ProcessPoolExecutor
 
 import numpy as np
 
-from gpusched.core import Job
+from gpusched.core import DEMAND_SERIES, Job, StepForecast, arrivals_series
 from gpusched.forecaster.fitting import FitTask, submit_fits
 from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, local_scale
 from gpusched.forecaster.series import JobDemand, SeriesBuilder
 from gpusched.forecaster.settings import ForecasterSettings
 
 __all__ = ["ForecastOutlook"]
-
-DEMAND = "gpu_demand/all"
-
-
-def arrivals_series(priority_class: str) -> str:
-    return f"arrivals/class={priority_class}"
 
 
 class ForecastOutlook:
@@ -50,8 +44,9 @@ class ForecastOutlook:
         self.cfg, self.refit_s, self.workers, self.delay_s = cfg, refit_s, workers, delay_s
         # Each forecast must reach past the next refit by the longest question asked.
         self.horizon = math.ceil((refit_s + horizon_s) / cfg.step_s)
-        self.wanted = (DEMAND, *(arrivals_series(c) for c in classes))
+        self.wanted = (DEMAND_SERIES, *(arrivals_series(c) for c in classes))
         self.forecasts: dict[str, Forecast] = {}
+        self._steps: dict[str, StepForecast] = {}  # the same, as the outlook reads them
         self.refits = 0
         self._builder: SeriesBuilder | None = None
         self._next_refit = math.inf
@@ -121,30 +116,17 @@ class ForecastOutlook:
             calibrator = self._calibrators[name]
             calibrator.observe(history[name], self._builder.origin, forecast.start)
             scale = local_scale(history[name], self.cfg.season_steps)
-            self.forecasts[name] = calibrator.calibrate(forecast, scale)
+            f = self.forecasts[name] = calibrator.calibrate(forecast, scale)
+            self._steps[name] = StepForecast(
+                f.start, f.step_s, tuple(map(float, f.yhat)), tuple(map(float, f.upper))
+            )
         self.refits += 1
 
     # -- DemandOutlook ------------------------------------------------------------------
     def demand_rise(self, now: float, span_s: float) -> float | None:
-        f = self.forecasts.get(DEMAND)
-        base = f.at(now) if f else None
-        end = f.at(now + span_s) if f else None
-        if f is None or base is None or end is None:
-            return None
-        first = math.floor((now - f.start) / f.step_s)
-        last = math.floor((now + span_s - f.start) / f.step_s)
-        return float(max(f.yhat[first : last + 1])) - base[0]
+        steps = self._steps.get(DEMAND_SERIES)
+        return steps.rise(now, span_s) if steps else None
 
     def arrivals(self, now: float, span_s: float, priority_class: str) -> float | None:
-        f = self.forecasts.get(arrivals_series(priority_class))
-        if f is None or f.at(now) is None or f.at(now + span_s) is None:
-            return None
-        # Sum of each step's upper bound times the part of the step inside the window
-        # (an upper bound of the sum: on the safe side for headroom).
-        total, t, end = 0.0, now, now + span_s
-        while t < end:
-            i = math.floor((t - f.start) / f.step_s)
-            step_end = min(f.start + (i + 1) * f.step_s, end)
-            total += float(f.upper[i]) * (step_end - t) / f.step_s
-            t = step_end
-        return total
+        steps = self._steps.get(arrivals_series(priority_class))
+        return steps.upper_sum(now, span_s) if steps else None
