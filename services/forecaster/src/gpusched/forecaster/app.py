@@ -60,17 +60,17 @@ class DemandFolder:
         self.events += 1
 
     def apply(self, event: JobEvent) -> None:
+        r = event.request
         demand = None
-        if event.request is not None:
-            models = "|".join(sorted(event.request.gpu_models)) or "any"
-            demand = JobDemand(event.request.num_gpu, models, event.tenant, event.priority_class)
+        if r is not None:
+            demand = JobDemand.asking(r.num_gpu, r.gpu_models, event.tenant, event.priority_class)
         self._fold(event.job_id, event.type, event.ts.timestamp(), demand)
 
     def apply_row(self, row: list[Any]) -> None:
         job_id, kind, t, tenant, cls, gpus, models = row
         demand = None
         if gpus is not None:
-            demand = JobDemand(float(gpus), "|".join(sorted(models)) or "any", tenant, cls)
+            demand = JobDemand.asking(float(gpus), models, tenant, cls)
         self._fold(job_id, JobEventType(kind), float(t), demand)
 
 

@@ -35,9 +35,16 @@ class JobDemand:
     priority_class: str
 
     @classmethod
+    def asking(
+        cls, gpus: float, gpu_models: Iterable[str], tenant: str, priority_class: str
+    ) -> JobDemand:
+        """A job's demand from its request: alternative models joined by '|', none: 'any'."""
+        return cls(gpus, "|".join(sorted(gpu_models)) or "any", tenant, priority_class)
+
+    @classmethod
     def of(cls, job: Job) -> JobDemand:
-        models = "|".join(sorted(job.request.gpu_models)) or "any"
-        return cls(job.request.num_gpu, models, job.tenant or "default", job.qos or "default")
+        r = job.request
+        return cls.asking(r.num_gpu, r.gpu_models, job.tenant or "default", job.qos or "default")
 
     def scopes(self) -> tuple[str, ...]:
         return (
