@@ -87,6 +87,12 @@ def slurm_nice(score: float) -> int:
     return max(-(2**31 - 3), min(2**31 - 3, round(score * 1000)))
 
 
+def _gres_type(node: dict[str, Any]) -> str:
+    """The GPU type of a Slurm node ('gpu:v100:4' -> 'v100'; none: '')."""
+    parts = str(node["gres"]).split(":")
+    return parts[1] if len(parts) > 2 else ""
+
+
 def _gres_count(gres: str) -> int:
     match = re.match(r"gpu(?::[^:(]+)?:(\d+)", gres)
     return int(match.group(1)) if match else 0
@@ -149,13 +155,11 @@ class SlurmBackend:
     async def nodes(self) -> list[BackendNode]:
         out = []
         for n in (await self._get("/nodes"))["nodes"]:
-            parts = str(n["gres"]).split(":")
-            model = parts[1].upper() if len(parts) > 2 else ""
             drained = "DRAIN" in n.get("state_flags", []) or "drain" in str(n["state"])
             out.append(
                 BackendNode(
                     n["name"],
-                    model,
+                    _gres_type(n).upper(),
                     _gres_count(str(n["gres"])),
                     int(n["cpus"]) * 1000,
                     int(n["real_memory"]),
@@ -177,9 +181,9 @@ class SlurmBackend:
         self._log.start()
         gpus = sum(len(a.gpu_indices) for a in allocations) if job.request.num_gpu else 0
         nodes = [a.node_id for a in allocations]
-        await self._check_room(job.job_id, allocations)
-        model = next(iter(job.request.gpu_models), "") or await self._model_of(nodes[0])
-        gres = [f"--gpus={model.lower()}:{max(gpus, 1)}"] if job.request.num_gpu else []
+        slurm_nodes = await self._check_room(job.job_id, allocations)
+        gpu_type = next(iter(job.request.gpu_models), "") or _gres_type(slurm_nodes[nodes[0]])
+        gres = [f"--gpus={gpu_type.lower()}:{max(gpus, 1)}"] if job.request.num_gpu else []
         held = self._ids.get(job.job_id)
         if held is not None:  # requeued earlier: send it to the new nodes and release it
             # A requeued job may only begin after a delay Slurm sets; StartTime=now lifts it.
@@ -198,13 +202,10 @@ class SlurmBackend:
             self._ids[job.job_id] = held
         await self._cli("scontrol", "release", str(held))
 
-    async def _model_of(self, node: str) -> str:
-        for n in await self.nodes():
-            if n.node_id == node:
-                return n.gpu_model
-        raise NotPlaceable(f"no node {node}")
-
-    async def _check_room(self, job_id: str, allocations: tuple[Allocation, ...]) -> None:
+    async def _check_room(
+        self, job_id: str, allocations: tuple[Allocation, ...]
+    ) -> dict[str, dict[str, Any]]:
+        """Slurm's nodes by name, once the job is known not to run and to fit there."""
         for j in await self._slurm_jobs():
             if j["name"] == job_id and j["job_state"] in ("RUNNING", "CONFIGURING"):
                 raise AlreadyPlaced(f"job {job_id} already runs (Slurm job {j['job_id']})")
@@ -220,6 +221,7 @@ class SlurmBackend:
                 raise NotPlaceable(
                     f"node {a.node_id} has {free} free GPUs, not {len(a.gpu_indices)}"
                 )
+        return nodes
 
     async def preempt(self, job_id: str, decision_id: str) -> None:
         slurm_id = self._ids.get(job_id)
