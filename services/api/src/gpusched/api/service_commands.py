@@ -252,10 +252,7 @@ def status(
     """A job's state, node(s), priority, its components and why it is pending."""
     try:
         found = job_status(job_id)
-    except InvalidJob as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
-    except StoreError as exc:
+    except (InvalidJob, StoreError) as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
     if found is None:

@@ -34,6 +34,7 @@ from gpusched.core import (
     PowerState,
 )
 from gpusched.dispatcher.backend import BackendEvent
+from gpusched.sim import load_jobs
 
 __all__ = ["PlaceBody", "SimCluster", "simcluster_app"]
 
@@ -240,6 +241,5 @@ def trace_durations(path: Path | None) -> dict[str, float]:
     """Job id -> run time from a trace (for the cluster only; policies never see it)."""
     if path is None:
         return {}
-    from gpusched.sim import load_jobs
 
     return {j.job_id: j.duration_s for j in load_jobs(path)}

@@ -166,7 +166,6 @@ async def run_forecaster(
     refitter = Refitter(settings)
     published = 0
     done = 0
-    wait_s_max = settings.forecaster_refit_s
     try:
         await asyncio.wait_for(caught_up.wait(), _CATCH_UP_S)
         await producer.start()
@@ -194,7 +193,8 @@ async def run_forecaster(
                 break
             # Until there is a first forecast (no events, or no whole step yet), look again
             # soon rather than after a full refit period.
-            wait_s = wait_s_max if published else min(_RETRY_S, wait_s_max)
+            refit_s = settings.forecaster_refit_s
+            wait_s = refit_s if published else min(_RETRY_S, refit_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait_s)
     finally:
