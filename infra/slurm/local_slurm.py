@@ -66,6 +66,8 @@ class LocalSlurm:
     pids: dict[str, int] = field(default_factory=dict)
     ctld_port: int = field(default_factory=_free_port)
     rest_port: int = field(default_factory=_free_port)
+    # one port per slurmd, each found free (ctld_port + k could belong to anyone)
+    node_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:
@@ -123,10 +125,11 @@ class LocalSlurm:
             "KillWait=2",
         ]
         gres = ["AutoDetect=off"]
-        for i, n in enumerate(self.nodes):
+        for n in self.nodes:
+            port = self.node_ports.setdefault(n.name, _free_port())
             lines.append(
                 f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                f"Port={self.ctld_port + 100 + i} CPUs={n.cpus} RealMemory={n.memory_mib} "
+                f"Port={port} CPUs={n.cpus} RealMemory={n.memory_mib} "
                 f"Gres=gpu:{n.gpu_type}:{n.gpus} State=UNKNOWN"
             )
             dev = w / "dev" / n.name
