@@ -94,6 +94,7 @@ def test_two_hundred_jobs_through_the_api(platform: Platform) -> None:
     with httpx.Client(base_url=platform.api) as client:
         status = client.get(f"/jobs/{ids[0]}").json()
         assert status["state"] == "finished"
+        assert status["priority"] is None or status["priority"]["pending_reason"] is None
         assert client.get("/jobs/no-such-job").status_code == 404
 
 

@@ -155,10 +155,13 @@ def job_status(job_id: str, store: StoreSettings | None = None) -> JobStatus | N
     priority = None
     if rows:
         score, components, reason, policy = rows[0]
+        # The processor stops updating a job once it runs or ends: its last reason is old.
+        kind = JobEventType(state)
+        waiting = kind is JobEventType.SUBMITTED or kind.requeues
         priority = {
             "score": score,
             "components": dict(components),
-            "pending_reason": reason,
+            "pending_reason": reason if waiting else None,
             "policy": policy,
         }
     return JobStatus(job_id, str(state), list(node_ids), str(since), priority)
