@@ -96,6 +96,14 @@ class LocalKube:
     token = TOKEN
 
     def up(self, timeout_s: float = 90.0) -> None:
+        """Start every daemon; if one fails, stop those already started and raise."""
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.down()  # a fixture whose set-up fails never reaches its tear-down
+            raise
+
+    def _start(self, timeout_s: float = 90.0) -> None:
         if not shutil.which("etcd"):
             done = subprocess.run(
                 ["apt-get", "install", "-y", "--no-install-recommends", "etcd-server"],

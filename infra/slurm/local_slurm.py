@@ -165,6 +165,14 @@ class LocalSlurm:
         return out.strip().split("=", 1)[1]
 
     def up(self, timeout_s: float = 60.0) -> None:
+        """Start every daemon; if one fails, stop those already started and raise."""
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            self.down()  # a fixture whose set-up fails never reaches its tear-down
+            raise
+
+    def _start(self, timeout_s: float = 60.0) -> None:
         ensure_packages()
         self._write()
         w = self.workdir
