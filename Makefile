@@ -75,8 +75,9 @@ asyncapi: install ## Regenerate docs/asyncapi.json from the event models
 	$(RUN) python tools/generate_docs.py asyncapi
 
 .PHONY: settings-doc
-settings-doc: install ## Regenerate the settings table in README.md from the settings classes
+settings-doc: install ## Regenerate the settings table (README.md) and the parameter table (docs/scheduling.md)
 	$(RUN) python tools/generate_docs.py settings
+	$(RUN) python tools/generate_docs.py params
 
 .PHONY: fmt
 fmt: install ## Format and auto-fix with ruff

@@ -2,6 +2,7 @@
 
 python tools/generate_docs.py asyncapi   # docs/asyncapi.json
 python tools/generate_docs.py settings   # the table between markers in README.md
+python tools/generate_docs.py params     # the parameter table in docs/scheduling.md
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pydantic_settings import BaseSettings
 from gpusched.api import ApiSettings
 from gpusched.collector import CollectorSettings
 from gpusched.contracts.asyncapi import asyncapi_json
+from gpusched.core import Params
 from gpusched.dispatcher import DispatcherSettings, SimClusterSettings
 from gpusched.forecaster import ForecasterSettings
 from gpusched.processor import ProcessorSettings
@@ -23,6 +25,8 @@ from gpusched.store import StoreSettings
 REPO = Path(__file__).resolve().parents[1]
 BEGIN = "<!-- settings-table:begin (make settings-doc) -->"
 END = "<!-- settings-table:end -->"
+PARAMS_BEGIN = "<!-- params-table:begin (make settings-doc) -->"
+PARAMS_END = "<!-- params-table:end -->"
 
 SETTINGS: tuple[tuple[str, type[BaseSettings]], ...] = (
     ("store (sink, api)", StoreSettings),
@@ -54,10 +58,28 @@ def settings_table() -> str:
     return "\n".join(lines)
 
 
+def params_table() -> str:
+    """A markdown table: every scheduling parameter's name, default and meaning."""
+    lines = ["| parameter | default | meaning |", "|---|---|---|"]
+    for name, (default, meaning) in Params.describe().items():
+        lines.append(f"| `{name}` | `{default!r}` | {meaning} |")
+    return "\n".join(lines)
+
+
+def _between(text: str, begin: str, end: str, table: str) -> str:
+    before, found, rest = text.partition(begin)
+    if not found:
+        raise SystemExit(f"marker {begin!r} not found")
+    _, _, after = rest.partition(end)
+    return f"{before}{begin}\n{table}\n{end}{after}"
+
+
 def readme_with_table(readme: str) -> str:
-    before, _, rest = readme.partition(BEGIN)
-    _, _, after = rest.partition(END)
-    return f"{before}{BEGIN}\n{settings_table()}\n{END}{after}"
+    return _between(readme, BEGIN, END, settings_table())
+
+
+def scheduling_with_params(doc: str) -> str:
+    return _between(doc, PARAMS_BEGIN, PARAMS_END, params_table())
 
 
 def main(what: str) -> int:
@@ -66,8 +88,11 @@ def main(what: str) -> int:
     elif what == "settings":
         readme = REPO / "README.md"
         readme.write_text(readme_with_table(readme.read_text()))
+    elif what == "params":
+        doc = REPO / "docs" / "scheduling.md"
+        doc.write_text(scheduling_with_params(doc.read_text()))
     else:
-        print(f"unknown document {what!r}; choose asyncapi or settings", file=sys.stderr)
+        print(f"unknown document {what!r}; choose asyncapi, settings or params", file=sys.stderr)
         return 2
     return 0
 

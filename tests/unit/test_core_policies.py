@@ -128,7 +128,9 @@ def test_table(case: Case) -> None:
 
 
 def test_tiresias_preempts_a_job_that_attained_more_service() -> None:
-    params = Params(tiresias_thresholds_gpu_s=(100.0,), tiresias_lease_s=10.0)
+    params = Params(
+        tiresias_thresholds_gpu_s=(100.0,), tiresias_lease_s=10.0, preemption_cost_s=10.0
+    )
     sched = Scheduler([node("a", 4)], make_policy("tiresias"), make_placement("bestfit"), params)
     sched.submit(job("old", 4, 0), 0)
     sched.cycle(0)
@@ -184,7 +186,7 @@ def test_dynamic_parks_idle_nodes_and_wakes_them_for_demand() -> None:
 
 
 def test_unknown_names_list_the_accepted_ones() -> None:
-    with pytest.raises(UnknownName, match="accepted: backfill, dynamic"):
+    with pytest.raises(UnknownName, match=r"accepted: backfill, backfill\+powersave, dynamic"):
         make_policy("lottery")
     with pytest.raises(UnknownName, match="bestfit, fgd, spread"):
         make_placement("random")

@@ -69,6 +69,10 @@ class ClusterState:
             m = n.spec.gpu_model
             self.max_gpus[m] = max(self.max_gpus.get(m, 0), n.spec.num_gpus)
         self.total_gpus = sum(n.spec.num_gpus for n in self.nodes.values())
+        self.model_gpus: dict[str, int] = {}  # GPUs of each model, all nodes
+        for n in self.nodes.values():
+            m = n.spec.gpu_model
+            self.model_gpus[m] = self.model_gpus.get(m, 0) + n.spec.num_gpus
         # buckets[model][k]: ON nodes of that model with exactly k whole free GPUs.
         self._buckets: dict[str, list[dict[str, None]]] = {
             m: [{} for _ in range(self.max_gpus.get(m, 0) + 1)] for m in self._all_models()

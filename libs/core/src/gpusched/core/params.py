@@ -32,6 +32,11 @@ class Params:
         500, "pending jobs tried per cycle after the first blocked one (Slurm bf_max_job_test)"
     )
     preempt_tries: int = _p(8, "blocked jobs per cycle for which preemption is tried")
+    reserve_depth: int = _p(
+        8,
+        "blocked jobs per cycle that get a reservation (backfill, dynamic); later jobs may "
+        "use reserved nodes only if predicted to end before the reservation starts",
+    )
     refresh_s: float = _p(600.0, "seconds between priority refreshes (fair share, predictions)")
     fairshare_half_life_s: float = _p(7 * 86400.0, "half-life of decayed tenant usage")
     qos_classes: tuple[str, ...] = _p(
@@ -49,9 +54,17 @@ class Params:
         (3600.0 * 8,), "2D attained-service queue limits in GPU-seconds (K-1 values)"
     )
     tiresias_starve_factor: float = _p(
-        10.0, "promote to the top queue after waiting this many times its run time"
+        10.0,
+        "promote to the top queue, attained service reset, after waiting this many times "
+        "its run time since the last promotion",
     )
-    tiresias_lease_s: float = _p(60.0, "shortest run before a job may be preempted")
+    tiresias_lease_s: float = _p(
+        60.0, "shortest run before a job may be preempted (never below preemption_cost_s)"
+    )
+    # -- +powersave (Slurm power saving, for any policy) ------------------------------------
+    powersave_suspend_time_s: float = _p(
+        600.0, "SuspendTime: a node idle this long is suspended (parked); woken on demand"
+    )
     # -- dynamic (ours) -------------------------------------------------------------------
     dynamic_aging_s: float = _p(
         4 * 3600.0, "wait that halves a job's rank time (aging: no job starves)"

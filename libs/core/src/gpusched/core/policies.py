@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpusched.core.errors import UnknownName
 from gpusched.core.model import Decision, Job, ParkNode, PowerState, WakeNode
+from gpusched.core.powersave import SuspendIdle, wake_for_waiting
 
 if TYPE_CHECKING:
     from gpusched.core.scheduler import Scheduler
 
-__all__ = ["POLICIES", "Oracle", "Policy", "make_policy"]
+__all__ = ["POLICIES", "POWERSAVE", "Oracle", "Policy", "make_policy", "policy_names"]
 
 Key = tuple[Any, ...]
 Oracle = Callable[[str], float]  # job id -> true total run time still to do, from 0
@@ -82,8 +83,17 @@ class Policy:
     def next_timer(self, now: float) -> float | None:
         return self._next_tick if self.tick_s() is not None else None
 
+    # Slurm-style power saving, set by ``make_policy`` for a ``<name>+powersave`` policy.
+    power_saving: SuspendIdle | None = None
+
     def power(self, now: float) -> list[Decision]:
-        return []
+        """Park and wake decisions after admission (none unless power saving is on)."""
+        return self.power_saving.decide(self.s, now) if self.power_saving else []
+
+    def power_timer(self, now: float) -> float | None:
+        """When power decisions are next due even if nothing happens (a node's idle
+        time reaching the suspend time), or None."""
+        return self.power_saving.next_time(self.s, now) if self.power_saving else None
 
     def components(self, job: Job, now: float) -> dict[str, float]:
         """The named terms of a job's priority (for priority updates)."""
@@ -139,42 +149,58 @@ class Backfill(Policy):
 class Tiresias(Policy):
     """Discretized 2D least-attained-service (Tiresias, NSDI'19), preemptive.
 
-    Queues by attained GPU-seconds; FIFO within a queue; a job starved for
-    ``tiresias_starve_factor`` times its run time is promoted to the top queue.
+    Queues by attained GPU-seconds; FIFO within a queue. As in the reference
+    implementation (SymbioticLab/Tiresias), a job that has waited
+    ``tiresias_starve_factor`` times what it ran since its last promotion is promoted to
+    the top queue with its attained service reset, so it climbs the queues again; a
+    running job keeps its lease of at least the restart cost before it may be preempted.
     """
 
     name = "tiresias"
     preemptive = True
     refreshes = True
 
+    def bind(self, scheduler: Scheduler) -> None:
+        super().bind(scheduler)
+        # job -> (attained GPU-s, executed s) at its last promotion
+        self._promoted: dict[str, tuple[float, float]] = {}
+
     def _queue(self, attained_gpu_s: float) -> int:
         return sum(1 for t in self.p.tiresias_thresholds_gpu_s if attained_gpu_s >= t)
 
+    def _attained(self, job: Job, now: float) -> float:
+        return job.attained_at(now) - self._promoted.get(job.job_id, (0.0, 0.0))[0]
+
+    def _lease_s(self) -> float:
+        return max(self.p.tiresias_lease_s, self.p.preemption_cost_s)
+
     def key(self, job: Job, ref_time: float) -> Key:
-        queue = self._queue(job.attained_gpu_s)
+        attained, executed = self._promoted.get(job.job_id, (0.0, 0.0))
+        ran = job.executed_s - executed
         waited = ref_time - job.pending_since
-        if job.executed_s > 0 and waited > self.p.tiresias_starve_factor * job.executed_s:
-            queue = 0
-        return (queue, job.submit_time)
+        if ran > 0 and waited > self.p.tiresias_starve_factor * ran:
+            self._promoted[job.job_id] = (job.attained_gpu_s, job.executed_s)
+            return (0, job.submit_time)
+        return (self._queue(job.attained_gpu_s - attained), job.submit_time)
 
     def running_key(self, job: Job, now: float) -> Key:
-        return (self._queue(job.attained_at(now)), job.submit_time)
+        return (self._queue(self._attained(job, now)), job.submit_time)
 
-    def victim_facts(self, victim: Job, now: float) -> int | None:
-        if victim.running_for(now) < self.p.tiresias_lease_s:
+    def victim_facts(self, victim: Job, now: float) -> Any:
+        if victim.running_for(now) < self._lease_s():
             return None
         queue: int = self.running_key(victim, now)[0]
         return queue
 
-    def preempt_context(self, job: Job, now: float) -> int | None:
+    def preempt_context(self, job: Job, now: float) -> Any:
         queue: int = self.s.queue.key_of(job.job_id)[0]
         return queue if queue < len(self.p.tiresias_thresholds_gpu_s) else None
 
-    def may_preempt(self, facts: int, context: int) -> bool:
-        return facts > context  # only jobs of a lower queue
+    def may_preempt(self, facts: Any, context: Any) -> bool:
+        return bool(facts > context)  # only jobs of a lower queue
 
     def tick_s(self) -> float:
-        return self.p.tiresias_lease_s
+        return self._lease_s()
 
     def next_timer(self, now: float) -> float | None:
         # Demotions matter only while something runs and something waits.
@@ -183,8 +209,38 @@ class Tiresias(Policy):
     def components(self, job: Job, now: float) -> dict[str, float]:
         return {
             "queue": float(self.running_key(job, now)[0]),
-            "attained_gpu_s": job.attained_at(now),
+            "attained_gpu_s": self._attained(job, now),
         }
+
+
+class TiresiasQos(Tiresias):
+    """Tiresias inside strict class order: every job of a higher QoS class before any job
+    of a lower one (and may preempt it); Tiresias' queues order jobs within a class. The
+    baseline for class targets."""
+
+    name = "tiresias-qos"
+
+    def key(self, job: Job, ref_time: float) -> Key:
+        return (self.p.qos_rank(job.qos), *super().key(job, ref_time))
+
+    def running_key(self, job: Job, now: float) -> Key:
+        return (self.p.qos_rank(job.qos), *super().running_key(job, now))
+
+    def victim_facts(self, victim: Job, now: float) -> Any:
+        if victim.running_for(now) < self._lease_s():
+            return None
+        return self.running_key(victim, now)[:2]  # (class rank, queue)
+
+    def preempt_context(self, job: Job, now: float) -> Any:
+        rank, queue = self.s.queue.key_of(job.job_id)[:2]
+        if queue == len(self.p.tiresias_thresholds_gpu_s) and not any(
+            self.p.qos_rank(r.qos) > rank for r in self.s.running.values()
+        ):
+            return None  # the last queue of the lowest class running: nothing to preempt
+        return (rank, queue)
+
+    def components(self, job: Job, now: float) -> dict[str, float]:
+        return {"qos_rank": float(self.p.qos_rank(job.qos)), **super().components(job, now)}
 
 
 class SrptOracle(Policy):
@@ -312,9 +368,14 @@ class Dynamic(Policy):
         return self.p.dynamic_tick_s
 
     def power(self, now: float) -> list[Decision]:
-        """Keep on what runs, what waits and a headroom; park the rest after a while."""
+        """Wake what waiting jobs can use; keep on what runs and a headroom; park the rest
+        after a while."""
         if not self.p.dynamic_energy_aware:
             return []
+        waking = wake_for_waiting(self.s, now)
+        woken = {d.node_id for d in waking}
+        decisions: list[Decision] = list(waking)
+        held = self.s.reserved_nodes()
         state = self.s.state
         allocated = 0.0
         capacity = 0.0
@@ -322,20 +383,20 @@ class Dynamic(Policy):
         parked: list[tuple[str, int]] = []
         for node in state.nodes.values():
             n = node.spec.num_gpus
-            if node.power is PowerState.PARKED:
+            if node.power is PowerState.PARKED and node.node_id not in woken:
                 parked.append((node.node_id, n))
                 continue
             capacity += n
             allocated += n - node.free_gpu if node.power is PowerState.ON else 0.0
-            if node.power is PowerState.ON and node.idle:
+            if node.power is PowerState.ON and node.idle and node.node_id not in held:
                 idle_on.append((self.s.idle_since.get(node.node_id, now), node.node_id, n))
-        need, keep, park_after = self._need(now, allocated + self.s.queue.gpu_demand, allocated)
-        decisions: list[Decision] = []
+        need, keep, park_after = self._need(now, allocated, allocated)
         if capacity < need:
             for node_id, n in parked:
                 if capacity >= need:
                     break
-                decisions.append(WakeNode(node_id, f"demand {need:.0f} GPUs > {capacity:.0f} on"))
+                why = f"headroom: {need:.0f} GPUs > {capacity:.0f} on"
+                decisions.append(WakeNode(node_id, why))
                 capacity += n
             return decisions
         for since, node_id, n in sorted(idle_on, reverse=True):
@@ -348,7 +409,8 @@ class Dynamic(Policy):
     def _need(self, now: float, demand: float, allocated: float) -> tuple[float, float, float]:
         """(GPUs to have on now, GPUs to keep on when parking, idle time before parking).
 
-        Without a forecast: today's demand plus the fixed headroom, and a node idle for
+        Waiting jobs are served by ``wake_for_waiting`` (nodes they can use); ``demand``
+        is what runs. Without a forecast: that demand plus the fixed headroom, and a node idle for
         ``dynamic_park_after_s`` is parked. A forecast (the scheduler's ``outlook``) adds
         to that, never takes away: the rise predicted before a node woken now would be
         ready (wake ahead), the predicted arrivals of the high classes in that time
@@ -372,21 +434,40 @@ class Dynamic(Policy):
         return need, keep, p.dynamic_forecast_park_after_s
 
 
-POLICIES: dict[str, Callable[..., Policy]] = {
+POLICIES: dict[str, type[Policy]] = {
     "fifo": Fifo,
     "backfill": Backfill,
     "tiresias": Tiresias,
+    "tiresias-qos": TiresiasQos,
     "srpt-oracle": SrptOracle,
     "dynamic": Dynamic,
 }
+POWERSAVE = "+powersave"  # suffix: the policy under Slurm-style power saving
+
+
+def policy_names() -> list[str]:
+    """Every accepted policy name: the policies, and ``+powersave`` for those that do not
+    manage power themselves."""
+    return [*POLICIES, *(f"{n}{POWERSAVE}" for n, cls in POLICIES.items() if _saves(cls))]
+
+
+def _saves(cls: type[Policy]) -> bool:
+    return cls.power is Policy.power
 
 
 def make_policy(name: str, oracle: Oracle | None = None) -> Policy:
-    """A fresh policy by name; ``srpt-oracle`` needs the caller's ``oracle``."""
-    if name not in POLICIES:
-        raise UnknownName("policy", name, list(POLICIES))
-    if name == "srpt-oracle":
+    """A fresh policy by name; ``srpt-oracle`` needs the caller's ``oracle``; a name ending
+    in ``+powersave`` runs that policy with ``SuspendIdle`` power saving."""
+    base = name.removesuffix(POWERSAVE)
+    if base not in POLICIES or (base != name and not _saves(POLICIES[base])):
+        raise UnknownName("policy", name, policy_names())
+    if base == "srpt-oracle":
         if oracle is None:
             raise ValueError("srpt-oracle needs an oracle of true run times (simulation only)")
-        return SrptOracle(oracle)
-    return POLICIES[name]()
+        policy: Policy = SrptOracle(oracle)
+    else:
+        policy = POLICIES[base]()
+    if base != name:
+        policy.power_saving = SuspendIdle()
+        policy.name = name
+    return policy

@@ -19,6 +19,11 @@ def never_fits(scheduler: Scheduler, job: Job) -> str | None:
     models = [m for m in state.models if req.allows(m)]
     if req.num_gpu > 0 and not models:
         return f"no node has GPU model {'|'.join(sorted(req.gpu_models))}"
+    if req.whole_gpus:
+        most = max((state.model_gpus[m] for m in models), default=0)
+        if req.whole_gpus > most:
+            models_text = "|".join(sorted(req.gpu_models)) or "any one model"
+            return f"{req.whole_gpus} GPUs at once, but the cluster has {most} of {models_text}"
     largest = max((state.max_gpus[m] for m in models), default=0)
     parts = max(1, -(-req.whole_gpus // largest)) if largest and req.whole_gpus else 1
     cpu, mem = req.cpu_milli // parts, req.memory_mib // parts
@@ -35,12 +40,17 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
     impossible = never_fits(scheduler, job)
     if impossible:
         return PendingReason("never", f"cannot ever run: {impossible}")
-    res = scheduler.reservation
-    if res is not None and res.job_id == job.job_id:
+    res = scheduler.reservations.get(job.job_id)
+    if res is not None:
+        where = (
+            f"node {res.node_ids[0]} is"
+            if len(res.node_ids) == 1
+            else (f"nodes {', '.join(res.node_ids)} are")
+        )
         return PendingReason(
             "reservation",
-            f"waiting for {job.request.describe()} on one node; node {res.node_ids[0]} is "
-            f"reserved for it from ~t={res.start:.0f}s",
+            f"waiting for {job.request.describe()}; {where} reserved for it from "
+            f"~t={res.start:.0f}s",
             res.node_ids,
         )
     state = scheduler.state

@@ -8,6 +8,8 @@ argument; nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -49,7 +51,8 @@ class CycleResult:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """Nodes held for a blocked job from ``start`` on (EASY backfill's shadow time)."""
+    """Nodes held for a blocked job from ``start`` on (backfill's shadow time): one node,
+    or for a gang larger than any node the whole nodes it will span."""
 
     job_id: str
     node_ids: tuple[str, ...]
@@ -80,9 +83,14 @@ class Scheduler:
         self.running: dict[str, Job] = {}
         self.queue = PendingQueue()
         self.idle_since: dict[str, float] = {nid: 0.0 for nid in self.state.nodes}
-        self.reservation: Reservation | None = None
-        self._last_reservation: Reservation | None = None
+        self.reservations: dict[str, Reservation] = {}  # job id -> its reservation
+        self._last_reservations: dict[str, Reservation] = {}
         self._victims: list[tuple[Job, object]] | None = None
+        # Predicted ends of running jobs, kept across cycles: node -> sorted (end, GPUs it
+        # frees, job), and a heap to revise overrun predictions.
+        self._frees: dict[str, list[tuple[float, float, str]]] = {}
+        self._run_end: dict[str, float] = {}  # running job -> predicted end
+        self._end_heap: list[tuple[float, str]] = []
         self.ref_time = 0.0
         self._next_refresh = 0.0
         self._dirty = True
@@ -181,7 +189,8 @@ class Scheduler:
 
     def next_wakeup(self, now: float) -> float | None:
         """When the scheduler wants a cycle even if nothing happens (timers)."""
-        times = [t for t in (self.policy.next_timer(now), self._next_refresh) if t is not None]
+        timers = (self.policy.next_timer(now), self.policy.power_timer(now), self._next_refresh)
+        times = [t for t in timers if t is not None]
         later = [t for t in times if t > now]
         return min(later) if later else None
 
@@ -198,30 +207,36 @@ class Scheduler:
         self._dirty = True
 
     def _admit(self, now: float, decisions: list[Decision]) -> None:
-        state, policy = self.state, self.policy
-        failed: set[tuple[Request, bool]] = set()
+        state, policy, params = self.state, self.policy, self.params
+        failed: set[tuple[Request, int]] = set()
         blocked = 0
         preempt_tries = 0
-        self.reservation = None
+        self.reservations = {}
         self._victims = None
-        hidden: tuple[str, ...] = ()
+        self._ends: dict[tuple[str, float, float], float] = {}  # predicted end if started now
+        held: list[tuple[float, str]] = []  # (reservation start, node), latest first
         scanned = 0
         for job_id in self.queue.walk():
             job = self.jobs[job_id]
             if blocked:
                 scanned += 1
-                if scanned > self.params.max_scan:
+                if scanned > params.max_scan:
                     break  # like Slurm's bf_max_job_test
                 no_room = job.request.num_gpu > 0 and not state.has_free_gpu()
-                tries_left = policy.preemptive and preempt_tries < self.params.preempt_tries
-                if no_room and not tries_left:
+                tries_left = policy.preemptive and preempt_tries < params.preempt_tries
+                reserves_left = policy.reserves_head and len(self.reservations) < (
+                    params.reserve_depth
+                )
+                if no_room and not tries_left and not reserves_left:
                     break
-            short = bool(hidden) and self._ends_before(job, now, self.reservation)
-            memo = (job.request, short)
+            # Reserved nodes are open to a job predicted to end before their reservations
+            # start: the first ``usable`` of ``held``.
+            usable = self._usable(job, now, held) if held else 0
+            memo = (job.request, usable)
             if memo in failed:
                 continue
-            if short:
-                allocs = self._place_ignoring(job, hidden)
+            if usable:
+                allocs = self._place_ignoring(job, [nid for _, nid in held[:usable]])
             else:
                 allocs = self.placement.place(state, job.request)
             if allocs is not None:
@@ -233,7 +248,7 @@ class Scheduler:
                 break
             context = (
                 policy.preempt_context(job, now)
-                if policy.preemptive and preempt_tries < self.params.preempt_tries
+                if policy.preemptive and preempt_tries < params.preempt_tries
                 else None
             )
             if context is not None:
@@ -241,30 +256,46 @@ class Scheduler:
                 if self._try_preempt(job, context, now, decisions):
                     failed.clear()
                     continue
-            if policy.reserves_head and self.reservation is None:
-                last = self._last_reservation
-                if last is not None and last.job_id == job.job_id and last.start > now:
-                    self.reservation = last  # still ahead: keep it (jobs only leave its node)
-                else:
-                    self.reservation = self._reserve(job, now)
-                self._last_reservation = self.reservation
-                if self.reservation is not None:
-                    hidden = self.reservation.node_ids
-                    state.hide(hidden)
-        if hidden:
-            state.unhide(hidden)
+            if policy.reserves_head and len(self.reservations) < params.reserve_depth:
+                res = self._reserve_again(job, now, held)
+                if res is not None:
+                    self.reservations[job_id] = res
+                    held.extend((res.start, nid) for nid in res.node_ids)
+                    held.sort(reverse=True)
+                    state.hide(res.node_ids)
+                    failed = {(r, k) for r, k in failed if k == 0}  # the usable sets moved
+        self._last_reservations = self.reservations
+        state.unhide(nid for _, nid in held)
 
-    def _ends_before(self, job: Job, now: float, res: Reservation | None) -> bool:
-        if res is None:
-            return False
-        return now + self.predictor.expected_remaining(job, now) <= res.start
+    def reserved_nodes(self) -> set[str]:
+        """Nodes held by this cycle's reservations."""
+        return {nid for res in self.reservations.values() for nid in res.node_ids}
 
-    def _place_ignoring(self, job: Job, hidden: tuple[str, ...]) -> tuple[Allocation, ...] | None:
+    def _usable(self, job: Job, now: float, held: list[tuple[float, str]]) -> int:
+        # Pending jobs of one tenant, size and progress share a prediction.
+        memo = (job.tenant, job.request.num_gpu, job.executed_s)
+        end = self._ends.get(memo)
+        if end is None:
+            end = self._ends[memo] = now + self.predictor.expected_remaining(job, now)
+        return sum(1 for start, _ in held if start >= end)
+
+    def _place_ignoring(self, job: Job, hidden: list[str]) -> tuple[Allocation, ...] | None:
         self.state.unhide(hidden)
         try:
             return self.placement.place(self.state, job.request)
         finally:
             self.state.hide(hidden)
+
+    def _reserve_again(
+        self, job: Job, now: float, held: list[tuple[float, str]]
+    ) -> Reservation | None:
+        """Last cycle's reservation of ``job`` while still ahead and its nodes are free of
+        other reservations (jobs only leave them), else a new one."""
+        last = self._last_reservations.get(job.job_id)
+        taken = {nid for _, nid in held}
+        if last is not None and last.start > now and taken.isdisjoint(last.node_ids):
+            return last
+        return self._reserve(job, now, taken)
 
     def _start(
         self, job: Job, allocs: tuple[Allocation, ...], now: float, decisions: list[Decision]
@@ -272,6 +303,7 @@ class Scheduler:
         self.state.allocate(job.job_id, allocs)
         self.queue.remove(job.job_id)
         job.state, job.run_start, job.allocations = JobState.RUNNING, now, allocs
+        self._predict_end(job, now)
         if job.first_start is None:
             job.first_start = now
         self.running[job.job_id] = job
@@ -283,6 +315,7 @@ class Scheduler:
     def _stop(self, job: Job, now: float) -> None:
         """Release a running job's resources and account for the time it ran."""
         self.state.release(job.job_id, job.allocations)
+        self._forget_end(job)
         ran = job.running_for(now)
         job.executed_s += ran
         job.attained_gpu_s += ran * job.request.num_gpu
@@ -337,24 +370,56 @@ class Scheduler:
         self._victims = None
         return True
 
-    def _reserve(self, job: Job, now: float) -> Reservation | None:
-        """The node where ``job`` fits soonest once running jobs end as predicted."""
+    def _predict_end(self, job: Job, now: float) -> None:
+        """Record a running job's predicted end: set when it starts and revised only once
+        overrun (as Slurm's backfill plans with time limits), so plans are cheap and
+        stable."""
+        end = self._run_end[job.job_id] = now + self.predictor.expected_remaining(job, now)
+        for a in job.allocations:
+            gpus = len(a.gpu_indices) * a.share
+            bisect.insort(self._frees.setdefault(a.node_id, []), (end, gpus, job.job_id))
+        heapq.heappush(self._end_heap, (end, job.job_id))
+
+    def _forget_end(self, job: Job) -> None:
+        if self._run_end.pop(job.job_id, None) is None:
+            return
+        for a in job.allocations:
+            ends = self._frees.get(a.node_id, [])
+            ends[:] = [e for e in ends if e[2] != job.job_id]
+
+    def _predicted_frees(self, now: float) -> dict[str, list[tuple[float, float, str]]]:
+        """node -> (predicted end, GPUs it frees, job) of its running jobs, soonest first;
+        predictions already overrun are revised first."""
+        heap = self._end_heap
+        while heap and heap[0][0] <= now:
+            end, job_id = heapq.heappop(heap)
+            if self._run_end.get(job_id) == end:
+                job = self.running[job_id]
+                self._forget_end(job)
+                self._predict_end(job, now)
+        return self._frees
+
+    def _reserve(self, job: Job, now: float, taken: set[str]) -> Reservation | None:
+        """The node (or, for a gang larger than any node, the whole nodes) where ``job``
+        fits soonest once running jobs end as predicted; nodes in ``taken`` are held by
+        reservations of jobs ahead of it."""
         req = job.request
         need = req.num_gpu
-        if need == 0 or req.whole_gpus > max(self.state.max_gpus.values(), default=0):
+        if need == 0:
             return None
-        frees: dict[str, list[tuple[float, float]]] = {}
-        for other in self.running.values():
-            end = now + self.predictor.expected_remaining(other, now)
-            for a in other.allocations:
-                frees.setdefault(a.node_id, []).append((end, len(a.gpu_indices) * a.share))
+        frees = self._predicted_frees(now)
+        models = [m for m in self.state.models if req.allows(m)]
+        if req.whole_gpus > max((self.state.max_gpus[m] for m in models), default=0):
+            return self._reserve_spanning(job, now, taken, models)
         best: tuple[float, str] | None = None
         for node in self.state.on_nodes():
-            if not req.allows(node.spec.gpu_model) or node.spec.num_gpus < need:
+            if node.node_id in taken or node.spec.gpu_model not in models:
+                continue
+            if node.spec.num_gpus < need:
                 continue
             free = float(node.free_whole) if req.whole_gpus else max(node.gpu_free, default=0.0)
             t = now
-            for end, gpus in sorted(frees.get(node.node_id, ())):
+            for end, gpus, _ in frees.get(node.node_id, ()):
                 if free >= need - EPS or (best is not None and end >= best[0]):
                     break
                 free, t = free + gpus, end
@@ -363,6 +428,28 @@ class Scheduler:
         if best is None:
             return None
         return Reservation(job.job_id, (best[1],), best[0])
+
+    def _reserve_spanning(
+        self, job: Job, now: float, taken: set[str], models: list[str]
+    ) -> Reservation | None:
+        """Whole nodes of one model for a gang larger than any node: the nodes that empty
+        soonest, from the time the last of them is predicted to be empty."""
+        frees = self._predicted_frees(now)
+        best: Reservation | None = None
+        for model in models:
+            size = self.state.max_gpus[model]
+            count = -(-job.request.whole_gpus // size)
+            empty_at = sorted(
+                (max((end for end, _, _ in frees.get(n.node_id, ())), default=now), n.node_id)
+                for n in self.state.on_nodes()
+                if n.spec.gpu_model == model and n.spec.num_gpus == size and n.node_id not in taken
+            )
+            if len(empty_at) < count:
+                continue
+            start = empty_at[count - 1][0]
+            if start > now and (best is None or start < best.start):
+                best = Reservation(job.job_id, tuple(nid for _, nid in empty_at[:count]), start)
+        return best
 
     def _apply_power(self, decision: Decision, now: float) -> None:
         if isinstance(decision, ParkNode):

@@ -80,6 +80,8 @@ class RunResult:
     placement: str
     outcomes: list[JobOutcome] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    submitted: int = 0  # jobs of the trace that some node could hold
+    unfinished: list[str] = field(default_factory=list)  # queueing: never ended (a bug)
     window: tuple[float, float] = (0.0, 0.0)
     total_gpus: int = 0
     allocated_gpu_s: float = 0.0
@@ -95,6 +97,8 @@ class RunResult:
     failed: int = 0
     # time series (t, queue length, cluster watts, allocated GPUs), downsampled
     series: list[tuple[float, int, float, float]] = field(default_factory=list)
+    # every decision with its time, when the simulation was asked to record them
+    decisions: list[tuple[float, Decision]] = field(default_factory=list)
 
 
 class Simulation:
@@ -111,8 +115,10 @@ class Simulation:
         experiment: str = "queueing",
         seed: int = 0,
         outlook: TraceOutlook | None = None,
+        record: bool = False,
     ) -> None:
         self.params = params or Params()
+        self.record = record
         self.power = power or PowerModel()
         self.trace = {j.job_id: j for j in jobs}
         self.jobs = jobs
@@ -166,6 +172,7 @@ class Simulation:
         if not runnable:
             res.wall_s = time.perf_counter() - started
             return res
+        res.submitted = len(runnable)
         res.window = (runnable[0].submit_time, runnable[-1].submit_time)
         meter = EnergyMeter(*res.window)
         for node_id in sched.state.nodes:
@@ -215,6 +222,8 @@ class Simulation:
                 self._push(wake, _Kind.TIMER, "")
         if progress:
             progress(arrivals % 500)
+        if self.experiment != "packing":
+            res.unfinished = [*sched.queue.ids(), *sched.running]
         res.energy_j, res.floor_energy_j = meter.total_j, meter.floor_j
         res.makespan_s = last_t - res.window[0]
         if self.experiment == "packing":
@@ -258,6 +267,8 @@ class Simulation:
         )
 
     def _carry_out(self, decisions: Sequence[Decision], now: float) -> None:
+        if self.record:
+            self.result.decisions.extend((now, d) for d in decisions)
         for d in decisions:
             if isinstance(d, Place):
                 # Arrival-only packing: jobs never leave.

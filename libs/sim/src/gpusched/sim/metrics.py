@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpusched.sim.engine import JobOutcome, RunResult
+from gpusched.sim.errors import SimError
 
 __all__ = ["jain", "percentile", "summarize"]
 
@@ -52,8 +53,15 @@ def _by_class(outcomes: list[JobOutcome], metric: Any) -> dict[str, dict[str, fl
 
 
 def summarize(run: RunResult, experiment: str) -> dict[str, Any]:
-    """The result object of one policy, as the replay JSON carries it."""
+    """The result object of one policy, as the replay JSON carries it; ``SimError`` when
+    a queueing run left jobs unfinished (averages over the finished ones would flatter)."""
     outs = run.outcomes
+    if experiment != "packing" and (run.unfinished or len(outs) != run.submitted):
+        first = ", ".join(run.unfinished[:5])
+        raise SimError(
+            f"{run.policy}: {run.submitted - len(outs)} of {run.submitted} jobs never finished"
+            f" (a scheduling bug: they waited forever){'; first: ' + first if first else ''}"
+        )
     jcts = [_jct(o) for o in outs]
     waits = [_wait(o) for o in outs]
     start, end = run.window

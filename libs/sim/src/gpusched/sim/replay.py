@@ -8,7 +8,7 @@ from typing import Any
 
 from gpusched.core import Params, UnknownName
 from gpusched.core.placement import PLACEMENTS
-from gpusched.core.policies import POLICIES
+from gpusched.core.policies import POLICIES, policy_names
 from gpusched.sim.engine import RunResult, Simulation, TraceOutlook
 from gpusched.sim.errors import SimError
 from gpusched.sim.metrics import summarize
@@ -37,21 +37,28 @@ def replay(
     on_start: Callable[[str, int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
     outlook: Callable[[], TraceOutlook] | None = None,
+    window: tuple[float, float] | None = None,
 ) -> tuple[dict[str, Any], dict[str, RunResult]]:
     """Run each policy over the trace; the JSON document and the raw runs (for plots).
 
     ``outlook`` makes a fresh demand forecast for each run of a policy by its own name
-    (``dynamic``); a variant of ``VARIANTS`` runs its policy without one.
+    (``dynamic``); a variant of ``VARIANTS`` runs its policy without one. ``window``
+    keeps the jobs submitted in [start, end) seconds of the trace (before time scaling).
     """
     if experiment not in EXPERIMENTS:
         raise SimError(f"unknown experiment {experiment!r}; accepted: {', '.join(EXPERIMENTS)}")
     for name in policies:
-        if name not in POLICIES and name not in VARIANTS:
-            raise UnknownName("policy", name, [*POLICIES, *VARIANTS])
+        if name not in policy_names() and name not in VARIANTS:
+            raise UnknownName("policy", name, [*policy_names(), *VARIANTS])
     if placement not in PLACEMENTS:
         raise UnknownName("placement", placement, list(PLACEMENTS))
     nodes = load_cluster(cluster_path)
     jobs = load_jobs(jobs_path, time_scale)
+    if window is not None:
+        start, end = window[0] / time_scale, window[1] / time_scale
+        jobs = [j for j in jobs if start <= j.submit_time < end]
+        if not jobs:
+            raise SimError(f"{jobs_path}: no job submitted in the window {window}")
     runs: dict[str, RunResult] = {}
     results: dict[str, Any] = {}
     skipped: list[dict[str, str]] = []
@@ -81,6 +88,7 @@ def replay(
         "placement": placement,
         "time_scale": time_scale,
         "seed": seed,
+        **({"window_s": list(window)} if window is not None else {}),
         "results": results,
         "skipped": skipped,
     }

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from gpusched.api.feed import feed
 from gpusched.api.forecast_command import forecast_app
+from gpusched.api.matrix_command import run_matrix_command
 from gpusched.api.platform import up
 from gpusched.api.progress import progress_bar
 from gpusched.api.service_commands import (
@@ -78,13 +79,14 @@ app.add_typer(forecast_app, name="forecast")
 
 @app.command("replay")
 def replay_command(
-    jobs: Annotated[Path, typer.Option(help="a *.jobs.csv trace")],
-    cluster: Annotated[Path, typer.Option(help="a *.cluster.csv node list")],
     json_out: Annotated[Path, typer.Option("--json", help="where to write the result JSON")],
+    jobs: Annotated[Path | None, typer.Option(help="a *.jobs.csv trace")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="a *.cluster.csv node list")] = None,
     policies: Annotated[
         str,
         typer.Option(
-            help="comma-separated: fifo,backfill,tiresias,srpt-oracle,dynamic,dynamic-noforecast"
+            help="comma-separated: fifo, backfill, tiresias, tiresias-qos, srpt-oracle, "
+            "dynamic, dynamic-noforecast; NAME+powersave for Slurm-style power saving"
         ),
     ] = "fifo,backfill,tiresias,srpt-oracle,dynamic",
     experiment: Annotated[str, typer.Option(help="queueing or packing")] = "queueing",
@@ -94,8 +96,33 @@ def replay_command(
     ] = 1.0,
     seed: Annotated[int, typer.Option(help="seed (runs are deterministic)")] = 0,
     report: Annotated[Path | None, typer.Option(help="also write an HTML report here")] = None,
+    matrix: Annotated[
+        Path | None,
+        typer.Option(help="a scenario matrix (bench/scenarios.yaml): run it instead of one trace"),
+    ] = None,
+    matrix_set: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="with --matrix: only this set (tune, validation); repeatable"),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="with --matrix: worker processes (default: one per CPU)")
+    ] = None,
 ) -> None:
-    """Replay a trace through the scheduling policies and compare them."""
+    """Replay a trace through the scheduling policies and compare them, or a whole
+    scenario matrix (--matrix) in parallel."""
+    if matrix is not None:
+        try:
+            run_matrix_command(
+                matrix, json_out, matrix_set or ["tune", "validation"], workers, console
+            )
+        except (SimError, CoreError) as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
+        console.print(f"json: {json_out}")
+        return
+    if jobs is None or cluster is None:
+        console.print("[red]error:[/] --jobs and --cluster are required (or --matrix FILE)")
+        raise typer.Exit(2)
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with progress_bar(console) as progress:
         task = None

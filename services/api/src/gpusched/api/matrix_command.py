@@ -1,0 +1,139 @@
+"""``gpusched replay --matrix FILE``: the scenario matrix with one progress display, a
+table per scenario, the summary over scenarios and the targets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import TaskID
+from rich.table import Table
+
+from gpusched.api.progress import progress_bar
+from gpusched.sim.matrix import SETS, load_matrix, run_matrix
+from gpusched.sim.targets import check_targets
+
+__all__ = ["run_matrix_command"]
+
+
+def _h(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:,.2f}"
+
+
+def _x(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}"
+
+
+def run_matrix_command(
+    path: Path, json_out: Path, sets: list[str], workers: int | None, console: Console
+) -> dict[str, Any]:
+    """Run the matrix of ``path`` and print its tables; the document written to
+    ``json_out``."""
+    matrix, traces = load_matrix(path)
+    with progress_bar(console) as progress:
+        overall = progress.add_task("all runs", total=0)
+        rows: dict[str, tuple[TaskID, int]] = {}  # run -> (its bar, its jobs)
+        done: dict[str, int] = {}  # run -> jobs replayed so far
+        total = 0
+
+        def on_event(kind: str, key: str, n: int) -> None:
+            nonlocal total
+            if kind == "start":
+                total += n
+                progress.update(overall, total=total)
+                rows[key] = (progress.add_task(f"  {key}", total=n, visible=False), n)
+                done[key] = 0
+            elif kind == "advance":
+                progress.update(rows[key][0], advance=n, visible=True)
+                progress.advance(overall, n)
+                done[key] += n
+            else:
+                task_id, size = rows.pop(key)
+                progress.advance(overall, size - done.pop(key))
+                progress.remove_task(task_id)
+
+        doc = run_matrix(matrix, traces, set(sets), workers, on_event)
+    doc["matrix"] = str(path)
+    doc["targets"] = [c.as_dict() for c in check_targets(doc)]
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    out = Console()
+    for set_name in SETS:
+        for name, sc in doc["scenarios"].items():
+            if sc["set"] == set_name:
+                out.print(_scenario_table(name, sc))
+    out.print(_summary_table(doc))
+    out.print(_targets_table(doc))
+    return doc
+
+
+def _scenario_table(name: str, sc: dict[str, Any]) -> Table:
+    window = f", window {sc['window_s']}" if sc.get("window_s") else ""
+    title = f"[{sc['set']}] {name}: {sc['jobs']} on {sc['cluster']}{window}"
+    table = Table(title=title, title_justify="left")
+    classes = sorted(
+        {q for r in sc["results"].values() for q in r.get("jct_by_qos", {})}
+        if "classes" in sc["tags"]
+        else set()
+    )
+    columns = ["policy", "avg JCT h", "p99 JCT h", "avg wait h"]
+    columns += [f"{q} JCT/wait h" for q in classes]
+    columns += ["preempt", "fair", "MWh", "x tir avg", "x tir p99", "x srpt avg"]
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i == 0 else "right", no_wrap=True)
+    for policy, r in sc["results"].items():
+        refs = sc["ratios"].get(policy, {})
+        cells = [policy, _h(r["avg_jct_s"]), _h(r["p99_jct_s"]), _h(r["avg_wait_s"])]
+        for q in classes:
+            jct = r["jct_by_qos"].get(q, {}).get("avg_s")
+            wait = r["wait_by_qos"].get(q, {}).get("avg_s")
+            cells.append(f"{_h(jct)}/{_h(wait)}")
+        cells += [
+            f"{r['preemptions']:,}",
+            f"{r['fairness']:.2f}",
+            f"{r['energy_kwh'] / 1000:,.1f}",
+            _x(refs.get("tiresias", {}).get("avg_jct_s")),
+            _x(refs.get("tiresias", {}).get("p99_jct_s")),
+            _x(refs.get("srpt-oracle", {}).get("avg_jct_s")),
+        ]
+        table.add_row(*cells)
+    return table
+
+
+def _summary_table(doc: dict[str, Any]) -> Table:
+    table = Table(title="over queueing scenarios: JCT / tiresias", title_justify="left")
+    for col in ("set", "policy", "avg geomean", "avg worst", "p99 geomean", "p99 worst", "n"):
+        table.add_column(col, justify="right" if col not in ("set", "policy") else "left")
+    for set_name in SETS:
+        for policy, figures in doc["summary"].get(set_name, {}).items():
+            avg = figures.get("avg_jct_s_vs_tiresias", {})
+            p99 = figures.get("p99_jct_s_vs_tiresias", {})
+            table.add_row(
+                set_name,
+                policy,
+                _x(avg.get("geomean")),
+                _x(avg.get("worst")),
+                _x(p99.get("geomean")),
+                _x(p99.get("worst")),
+                str(avg.get("scenarios", 0)),
+            )
+    return table
+
+
+def _targets_table(doc: dict[str, Any]) -> Table:
+    table = Table(title="targets of dynamic", title_justify="left")
+    for col in ("set", "scenario", "target", "measured", "limit", "met"):
+        table.add_column(col, justify="right" if col in ("measured", "limit") else "left")
+    for c in doc["targets"]:
+        met = "[green]yes[/]" if c["met"] else "[red]NO[/]"
+        table.add_row(
+            c["set"],
+            c["scenario"] or "(all)",
+            c["target"],
+            f"{c['measured']:.3f}",
+            f"{c['limit']:.2f}",
+            met,
+        )
+    return table
