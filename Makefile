@@ -58,6 +58,14 @@ results: install ## Re-run the replays and backtest of docs/results.md into .ben
 	$(RUN) python tools/results_table.py .bench/philly_dev_512.json .bench/philly_dev_1024.json \
 		.bench/openb_default.json
 
+.PHONY: scenarios
+scenarios: install ## Replay the dev scenario matrix (bench/scenarios.yaml) in parallel; table + .bench/scenarios.json (~15 min)
+	$(REPLAY) --matrix bench/scenarios.yaml --json .bench/scenarios.json
+
+.PHONY: tune
+tune: install ## The parameter sweep on the tune set only (bench/tune.yaml) -> .bench/tune.json
+	$(REPLAY) --matrix bench/tune.yaml --set tune --json .bench/tune.json
+
 .PHONY: kafka-up
 kafka-up: install ## Start the local Kafka broker (KRaft) and create the topics; no-op if running
 	$(RUN) python infra/kafka/local_broker.py up

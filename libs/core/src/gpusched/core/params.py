@@ -34,8 +34,14 @@ class Params:
     preempt_tries: int = _p(8, "blocked jobs per cycle for which preemption is tried")
     reserve_depth: int = _p(
         8,
-        "blocked jobs per cycle that get a reservation (backfill, dynamic); later jobs may "
-        "use reserved nodes only if predicted to end before the reservation starts",
+        "blocked jobs per cycle that get a reservation (backfill); a later job may use a "
+        "reserved node if predicted to end before the reservation starts, or within the "
+        "GPUs the node has to spare beyond the reservation",
+    )
+    predict_by_tenant: bool = _p(
+        True,
+        "run-time predictions from finished jobs of the same tenant and GPU-count class "
+        "(False: of the same GPU-count class, every tenant)",
     )
     refresh_s: float = _p(600.0, "seconds between priority refreshes (fair share, predictions)")
     fairshare_half_life_s: float = _p(7 * 86400.0, "half-life of decayed tenant usage")
@@ -51,7 +57,9 @@ class Params:
     backfill_weight_qos: float = _p(10000.0, "PriorityWeightQOS")
     # -- tiresias (2D-LAS) ----------------------------------------------------------------
     tiresias_thresholds_gpu_s: tuple[float, ...] = _p(
-        (3600.0 * 8,), "2D attained-service queue limits in GPU-seconds (K-1 values)"
+        (3600.0 * 16,),
+        "2D attained-service queue limits in GPU-seconds (K-1 values); the best of the "
+        "sweep on the tune set (bench/tune.yaml)",
     )
     tiresias_starve_factor: float = _p(
         10.0,
@@ -82,6 +90,12 @@ class Params:
     )
     dynamic_min_run_s: float = _p(1800.0, "shortest run before a job may be preempted")
     dynamic_min_wait_s: float = _p(120.0, "a job waits this long before it may preempt")
+    dynamic_reserve_after_s: float = _p(
+        float("inf"),
+        "a blocked job gets a reservation (up to reserve_depth per cycle) only after "
+        "waiting this long since submission (inf: never; the tune set's choice, "
+        "docs/results.md)",
+    )
     dynamic_tick_s: float = _p(300.0, "seconds between timer cycles (preemption, power)")
     dynamic_headroom_gpus: float = _p(16.0, "idle GPUs kept on for arrivals")
     dynamic_headroom_frac: float = _p(0.05, "more idle-on headroom as a share of GPUs in use")

@@ -37,6 +37,14 @@ class Policy:
         self.s = scheduler
         self.p = scheduler.params
 
+    def reserve_depth(self) -> int:
+        """Blocked jobs per cycle that get a reservation (0: none)."""
+        return self.p.reserve_depth if self.reserves_head else 0
+
+    def may_reserve(self, job: Job, now: float) -> bool:
+        """Whether a blocked ``job`` may get a reservation now."""
+        return True
+
     def key(self, job: Job, ref_time: float) -> Key:
         """Sort key of a pending job (lower runs first); fixed between refreshes."""
         return (job.submit_time,)
@@ -280,7 +288,9 @@ class Dynamic(Policy):
     Rank = predicted rank time (inverse Gittins index from finished jobs of the same
     tenant and size) x GPUs, divided by a factor per QoS step, multiplied when the tenant
     is above its fair share, halved for every ``dynamic_aging_s`` of waiting. Lower runs
-    first; blocked heads get a reservation, so holes are filled without delaying them.
+    first. Only a job blocked for ``dynamic_reserve_after_s`` gets a reservation (as
+    Tiresias promotes only the starved): reservations hold GPUs idle against run-time
+    predictions that, for heavy-tailed run times, are means far above the median.
     """
 
     name = "dynamic"
@@ -363,6 +373,11 @@ class Dynamic(Policy):
             return False
         boost = self.p.dynamic_qos_factor if victim_rank > job_rank else 1.0
         return victim_left * boost > threshold + cost
+
+    def may_reserve(self, job: Job, now: float) -> bool:
+        # Only a starving job: reservations hold GPUs idle, aging and preemption serve
+        # the rest.
+        return now - job.submit_time >= self.p.dynamic_reserve_after_s
 
     def tick_s(self) -> float:
         return self.p.dynamic_tick_s

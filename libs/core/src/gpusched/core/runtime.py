@@ -47,16 +47,30 @@ class _History:
 class RuntimePredictor:
     """Learns durations of finished jobs; predicts for running and pending ones."""
 
-    def __init__(self, window: int = 400, min_samples: int = 8, prior_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        window: int = 400,
+        min_samples: int = 8,
+        prior_s: float = 3600.0,
+        by_tenant: bool = True,
+    ) -> None:
         self.window, self.min_samples, self.prior_s = window, min_samples, prior_s
+        self.by_tenant = by_tenant  # False: condition on the GPU-count class only
         self._hist: dict[tuple[str, int] | str, _History] = {}
         self._cache: dict[tuple[object, int, int], float] = {}
         self._tail_mean: dict[tuple[int, int, float], float] = {}
         self._resolved: dict[tuple[str, float], _History | None] = {}
 
+    def _keys(self, job: Job) -> tuple[tuple[str, int] | str, ...]:
+        """Histories from the most specific to everyone's."""
+        size = size_class(job.request.num_gpu)
+        if self.by_tenant:
+            return ((job.tenant, size), job.tenant, "*")
+        return (("*", size), "*")
+
     def observe(self, job: Job, duration_s: float) -> None:
         """A job finished after running ``duration_s`` seconds in all."""
-        for key in ((job.tenant, size_class(job.request.num_gpu)), job.tenant, "*"):
+        for key in self._keys(job):
             hist = self._hist.get(key)
             if hist is None:
                 hist = self._hist[key] = _History(self.window)
@@ -69,7 +83,7 @@ class RuntimePredictor:
         if memo in self._resolved:
             return self._resolved[memo]
         found = None
-        for key in ((job.tenant, size_class(job.request.num_gpu)), job.tenant, "*"):
+        for key in self._keys(job):
             hist = self._hist.get(key)
             if hist is not None and len(hist.sorted_) >= self.min_samples:
                 found = hist

@@ -52,11 +52,23 @@ class CycleResult:
 @dataclass(frozen=True, slots=True)
 class Reservation:
     """Nodes held for a blocked job from ``start`` on (backfill's shadow time): one node,
-    or for a gang larger than any node the whole nodes it will span."""
+    or for a gang larger than any node the whole nodes it will span. ``spare``: GPUs of
+    each node predicted free at ``start`` beyond what the job needs (other jobs may use
+    them meanwhile, as Slurm reserves only what a job asks for)."""
 
     job_id: str
     node_ids: tuple[str, ...]
     start: float
+    spare: tuple[float, ...] = ()
+
+
+@dataclass(slots=True)
+class _Held:
+    """A reserved node in this cycle, with its spare GPUs left."""
+
+    start: float
+    node_id: str
+    spare: float
 
 
 class Scheduler:
@@ -77,7 +89,7 @@ class Scheduler:
         self.policy = policy
         self.placement = placement
         self.power = power or PowerModel()
-        self.predictor = RuntimePredictor()
+        self.predictor = RuntimePredictor(by_tenant=self.params.predict_by_tenant)
         self.fairshare = FairShare(self.params.fairshare_half_life_s)
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, Job] = {}
@@ -208,13 +220,14 @@ class Scheduler:
 
     def _admit(self, now: float, decisions: list[Decision]) -> None:
         state, policy, params = self.state, self.policy, self.params
-        failed: set[tuple[Request, int]] = set()
+        failed: set[tuple[Request, tuple[str, ...]]] = set()
         blocked = 0
         preempt_tries = 0
         self.reservations = {}
         self._victims = None
         self._ends: dict[tuple[str, float, float], float] = {}  # predicted end if started now
-        held: list[tuple[float, str]] = []  # (reservation start, node), latest first
+        held: list[_Held] = []
+        depth = policy.reserve_depth()
         scanned = 0
         for job_id in self.queue.walk():
             job = self.jobs[job_id]
@@ -224,22 +237,20 @@ class Scheduler:
                     break  # like Slurm's bf_max_job_test
                 no_room = job.request.num_gpu > 0 and not state.has_free_gpu()
                 tries_left = policy.preemptive and preempt_tries < params.preempt_tries
-                reserves_left = policy.reserves_head and len(self.reservations) < (
-                    params.reserve_depth
-                )
+                reserves_left = len(self.reservations) < depth
                 if no_room and not tries_left and not reserves_left:
                     break
-            # Reserved nodes are open to a job predicted to end before their reservations
-            # start: the first ``usable`` of ``held``.
-            usable = self._usable(job, now, held) if held else 0
-            memo = (job.request, usable)
+            usable = self._usable(job, now, held) if held else []
+            memo = (job.request, tuple(h.node_id for h in usable))
             if memo in failed:
                 continue
             if usable:
-                allocs = self._place_ignoring(job, [nid for _, nid in held[:usable]])
+                allocs = self._place_ignoring(job, [h.node_id for h in usable])
             else:
                 allocs = self.placement.place(state, job.request)
             if allocs is not None:
+                if usable:
+                    self._charge_spare(job, now, allocs, usable)
                 self._start(job, allocs, now, decisions)
                 continue
             failed.add(memo)
@@ -256,28 +267,47 @@ class Scheduler:
                 if self._try_preempt(job, context, now, decisions):
                     failed.clear()
                     continue
-            if policy.reserves_head and len(self.reservations) < params.reserve_depth:
+            if len(self.reservations) < depth and policy.may_reserve(job, now):
                 res = self._reserve_again(job, now, held)
                 if res is not None:
                     self.reservations[job_id] = res
-                    held.extend((res.start, nid) for nid in res.node_ids)
-                    held.sort(reverse=True)
+                    held.extend(
+                        _Held(res.start, nid, spare)
+                        for nid, spare in zip(res.node_ids, res.spare, strict=True)
+                    )
                     state.hide(res.node_ids)
-                    failed = {(r, k) for r, k in failed if k == 0}  # the usable sets moved
+                    failed = {(r, k) for r, k in failed if not k}  # the usable sets moved
         self._last_reservations = self.reservations
-        state.unhide(nid for _, nid in held)
+        state.unhide(h.node_id for h in held)
 
     def reserved_nodes(self) -> set[str]:
         """Nodes held by this cycle's reservations."""
         return {nid for res in self.reservations.values() for nid in res.node_ids}
 
-    def _usable(self, job: Job, now: float, held: list[tuple[float, str]]) -> int:
+    def _end_if_started(self, job: Job, now: float) -> float:
         # Pending jobs of one tenant, size and progress share a prediction.
         memo = (job.tenant, job.request.num_gpu, job.executed_s)
         end = self._ends.get(memo)
         if end is None:
             end = self._ends[memo] = now + self.predictor.expected_remaining(job, now)
-        return sum(1 for start, _ in held if start >= end)
+        return end
+
+    def _usable(self, job: Job, now: float, held: list[_Held]) -> list[_Held]:
+        """Reserved nodes open to ``job``: it is predicted to end before the reservation
+        starts, or the node has GPUs to spare beyond what the reservation needs."""
+        end = self._end_if_started(job, now)
+        need = job.request.num_gpu - EPS
+        return [h for h in held if h.start >= end or h.spare >= need]
+
+    def _charge_spare(
+        self, job: Job, now: float, allocs: tuple[Allocation, ...], usable: list[_Held]
+    ) -> None:
+        """A job placed on a reserved node past its reservation's start uses its spare."""
+        end = self._end_if_started(job, now)
+        for a in allocs:
+            for h in usable:
+                if h.node_id == a.node_id and h.start < end:
+                    h.spare -= len(a.gpu_indices) * a.share if a.gpu_indices else 0.0
 
     def _place_ignoring(self, job: Job, hidden: list[str]) -> tuple[Allocation, ...] | None:
         self.state.unhide(hidden)
@@ -286,13 +316,11 @@ class Scheduler:
         finally:
             self.state.hide(hidden)
 
-    def _reserve_again(
-        self, job: Job, now: float, held: list[tuple[float, str]]
-    ) -> Reservation | None:
+    def _reserve_again(self, job: Job, now: float, held: list[_Held]) -> Reservation | None:
         """Last cycle's reservation of ``job`` while still ahead and its nodes are free of
         other reservations (jobs only leave them), else a new one."""
         last = self._last_reservations.get(job.job_id)
-        taken = {nid for _, nid in held}
+        taken = {h.node_id for h in held}
         if last is not None and last.start > now and taken.isdisjoint(last.node_ids):
             return last
         return self._reserve(job, now, taken)
@@ -411,7 +439,7 @@ class Scheduler:
         models = [m for m in self.state.models if req.allows(m)]
         if req.whole_gpus > max((self.state.max_gpus[m] for m in models), default=0):
             return self._reserve_spanning(job, now, taken, models)
-        best: tuple[float, str] | None = None
+        best: tuple[float, str, float] | None = None
         for node in self.state.on_nodes():
             if node.node_id in taken or node.spec.gpu_model not in models:
                 continue
@@ -424,10 +452,10 @@ class Scheduler:
                     break
                 free, t = free + gpus, end
             if free >= need - EPS and t > now and (best is None or t < best[0]):
-                best = (t, node.node_id)
+                best = (t, node.node_id, free - need)
         if best is None:
             return None
-        return Reservation(job.job_id, (best[1],), best[0])
+        return Reservation(job.job_id, (best[1],), best[0], (best[2],))
 
     def _reserve_spanning(
         self, job: Job, now: float, taken: set[str], models: list[str]
@@ -448,7 +476,8 @@ class Scheduler:
                 continue
             start = empty_at[count - 1][0]
             if start > now and (best is None or start < best.start):
-                best = Reservation(job.job_id, tuple(nid for _, nid in empty_at[:count]), start)
+                nodes = tuple(nid for _, nid in empty_at[:count])
+                best = Reservation(job.job_id, nodes, start, (0.0,) * count)
         return best
 
     def _apply_power(self, decision: Decision, now: float) -> None:

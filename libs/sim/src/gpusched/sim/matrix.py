@@ -80,7 +80,7 @@ class Matrix(_Strict):
         for name, variant in self.variants.items():
             if variant.policy not in known:
                 raise ValueError(f"variant {name}: unknown policy {variant.policy!r}")
-            Params().with_values(variant.params)
+            _params(variant.params)
         names = [s.name for s in self.scenarios]
         if len(set(names)) != len(names):
             raise ValueError("scenario names must be unique")
@@ -176,11 +176,20 @@ def _run_task(task: _Task, progress: Any) -> tuple[str, str, dict[str, Any], lis
         scenario.experiment,
         scenario.placement,
         scenario.time_scale,
-        params=Params().with_values(task.params) if task.params else None,
+        params=_params(task.params),
         on_progress=on_progress,
         window=scenario.window_s,
     )
     return scenario.name, task.policy, doc["results"][task.runs], doc["skipped"]
+
+
+def _params(values: dict[str, Any]) -> Params | None:
+    """Parameters of a variant (YAML lists become the tuples ``Params`` holds)."""
+    if not values:
+        return None
+    return Params().with_values(
+        {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    )
 
 
 Events = Callable[[str, str, int], None]  # (kind: start|advance|done, run key, number)

@@ -59,7 +59,7 @@ def run_matrix_command(
     doc["targets"] = [c.as_dict() for c in check_targets(doc)]
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    out = Console()
+    out = Console(width=max(Console().width, 200))  # a table is cut, never wrapped
     for set_name in SETS:
         for name, sc in doc["scenarios"].items():
             if sc["set"] == set_name:
