@@ -8,12 +8,13 @@ scenario is not checked there.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpusched.sim.matrix import SETS
 
-__all__ = ["Check", "check_targets"]
+__all__ = ["TARGETS", "Check", "Target", "check_targets"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,14 +25,48 @@ class Check:
     measured: float
     limit: float
     met: bool
+    at_least: bool = False  # the measure must reach the limit (else: stay within it)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _class_figure(result: dict[str, Any], table: str, qos: str) -> float | None:
-    entry = result.get(table, {}).get(qos)
-    return None if entry is None else float(entry["avg_s"])
+@dataclass(frozen=True, slots=True)
+class Target:
+    """ours / baseline's ``figure`` (of class ``qos`` when set) within ``limit``, in every
+    scenario tagged ``tag``: at most the limit, or at least it when higher is better."""
+
+    tag: str
+    baseline: str
+    figure: str
+    limit: float
+    qos: str = ""
+    higher_is_better: bool = False
+
+    @property
+    def label(self) -> str:
+        what = f"{self.qos} {self.figure}" if self.qos else self.figure
+        return f"{what} / {self.baseline}"
+
+    def value(self, result: dict[str, Any]) -> float | None:
+        if not self.qos:
+            return float(result[self.figure])
+        entry = result.get(self.figure, {}).get(self.qos)
+        return None if entry is None else float(entry["avg_s"])
+
+
+TARGETS = (
+    Target("queueing", "tiresias", "avg_jct_s", 1.02),
+    Target("queueing", "tiresias", "p99_jct_s", 1.0),
+    Target("queueing", "tiresias", "preemptions", 0.5),
+    Target("queueing", "tiresias", "fairness", 0.9, higher_is_better=True),
+    Target("classes", "tiresias-qos", "wait_by_qos", 0.5, qos="high"),
+    Target("classes", "tiresias", "jct_by_qos", 1.05, qos="normal"),
+    Target("energy", "tiresias+powersave", "energy_kwh", 1.0),
+    Target("energy", "tiresias+powersave", "avg_wait_s", 1.0),
+    Target("energy", "fifo", "energy_kwh", 0.8),
+)
+GEOMEAN_LIMIT = 0.95  # avg JCT / tiresias, geometric mean over a set's queueing scenarios
 
 
 def check_targets(doc: dict[str, Any], policy: str = "dynamic") -> list[Check]:
@@ -42,95 +77,29 @@ def check_targets(doc: dict[str, Any], policy: str = "dynamic") -> list[Check]:
         for name, sc in doc["scenarios"].items():
             if sc["set"] != set_name or policy not in sc["results"]:
                 continue
-            checks.extend(_scenario_checks(set_name, name, sc, policy))
+            for target in TARGETS:
+                check = _check(set_name, name, sc, policy, target)
+                if check is not None:
+                    checks.append(check)
         summary = doc["summary"].get(set_name, {}).get(policy, {}).get("avg_jct_s_vs_tiresias")
         if summary:
             geomean = summary["geomean"]
+            label = "avg_jct_s / tiresias, geomean"
             checks.append(
-                Check(set_name, "", "avg JCT / tiresias, geomean", geomean, 0.95, geomean <= 0.95)
+                Check(set_name, "", label, geomean, GEOMEAN_LIMIT, geomean <= GEOMEAN_LIMIT)
             )
     return checks
 
 
-def _le(
-    set_name: str, scenario: str, target: str, a: float | None, b: float | None, factor: float
-) -> list[Check]:
-    if a is None or b is None:
-        return []
-    ratio = a / b if b else (1.0 if a == 0 else float("inf"))
-    return [Check(set_name, scenario, target, ratio, factor, ratio <= factor + 1e-12)]
-
-
-def _scenario_checks(set_name: str, name: str, sc: dict[str, Any], policy: str) -> list[Check]:
-    results = sc["results"]
-    ours = results[policy]
-    tiresias = results.get("tiresias")
-    checks: list[Check] = []
-    if "queueing" in sc["tags"] and tiresias is not None:
-        checks += _le(
-            set_name, name, "avg JCT / tiresias", ours["avg_jct_s"], tiresias["avg_jct_s"], 1.02
-        )
-        checks += _le(
-            set_name, name, "p99 JCT / tiresias", ours["p99_jct_s"], tiresias["p99_jct_s"], 1.0
-        )
-        checks += _le(
-            set_name,
-            name,
-            "preemptions / tiresias",
-            ours["preemptions"],
-            tiresias["preemptions"],
-            0.5,
-        )
-        checks += _le(
-            set_name,
-            name,
-            "tiresias fairness / ours",
-            tiresias["fairness"],
-            ours["fairness"],
-            1 / 0.9,
-        )
-    if "classes" in sc["tags"]:
-        qos_ref = results.get("tiresias-qos")
-        if qos_ref is not None:
-            checks += _le(
-                set_name,
-                name,
-                "high avg wait / tiresias-qos",
-                _class_figure(ours, "wait_by_qos", "high"),
-                _class_figure(qos_ref, "wait_by_qos", "high"),
-                0.5,
-            )
-        if tiresias is not None:
-            checks += _le(
-                set_name,
-                name,
-                "normal avg JCT / tiresias",
-                _class_figure(ours, "jct_by_qos", "normal"),
-                _class_figure(tiresias, "jct_by_qos", "normal"),
-                1.05,
-            )
-    if "energy" in sc["tags"]:
-        saving = results.get("tiresias+powersave")
-        if saving is not None:
-            checks += _le(
-                set_name,
-                name,
-                "energy / tiresias+powersave",
-                ours["energy_kwh"],
-                saving["energy_kwh"],
-                1.0,
-            )
-            checks += _le(
-                set_name,
-                name,
-                "avg wait / tiresias+powersave",
-                ours["avg_wait_s"],
-                saving["avg_wait_s"],
-                1.0,
-            )
-        fifo = results.get("fifo")
-        if fifo is not None:
-            checks += _le(
-                set_name, name, "energy / fifo", ours["energy_kwh"], fifo["energy_kwh"], 0.8
-            )
-    return checks
+def _check(
+    set_name: str, name: str, sc: dict[str, Any], policy: str, target: Target
+) -> Check | None:
+    baseline = sc["results"].get(target.baseline)
+    if target.tag not in sc["tags"] or baseline is None:
+        return None
+    ours, theirs = target.value(sc["results"][policy]), target.value(baseline)
+    if ours is None or theirs is None:
+        return None
+    ratio = ours / theirs if theirs else (1.0 if ours == 0 else math.inf)
+    met = ratio >= target.limit if target.higher_is_better else ratio <= target.limit + 1e-12
+    return Check(set_name, name, target.label, ratio, target.limit, met, target.higher_is_better)

@@ -53,6 +53,8 @@ def run_matrix_command(
                 task_id, size = rows.pop(key)
                 progress.advance(overall, size - done.pop(key))
                 progress.remove_task(task_id)
+                if not console.is_terminal:  # a log line where no bar is drawn
+                    console.print(f"done {key} ({len(rows)} runs left)")
 
         doc = run_matrix(matrix, traces, set(sets), workers, on_event)
     doc["matrix"] = str(path)
@@ -133,7 +135,7 @@ def _targets_table(doc: dict[str, Any]) -> Table:
             c["scenario"] or "(all)",
             c["target"],
             f"{c['measured']:.3f}",
-            f"{c['limit']:.2f}",
+            f"{'>=' if c.get('at_least') else '<='} {c['limit']:.2f}",
             met,
         )
     return table

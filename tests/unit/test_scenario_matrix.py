@@ -1,0 +1,91 @@
+"""The scenario matrix: a file of scenarios in a tune and a validation set, run in
+worker processes through the same replay, compared by ratios and checked on targets."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpusched.api.cli import app
+from gpusched.sim import SimError
+from gpusched.sim.matrix import load_matrix
+
+REPO = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
+
+MATRIX = f"""
+traces: {TRACES}
+policies: [fifo, tiresias, srpt-oracle, dynamic]
+variants:
+  tiresias-t3600: {{policy: tiresias, params: {{tiresias_thresholds_gpu_s: [3600]}}}}
+scenarios:
+  - name: small-tune
+    set: tune
+    jobs: tiresias_60job.jobs.csv
+    cluster: tiresias_16x4.cluster.csv
+    time_scale: 8
+    policies: [fifo, tiresias, tiresias-t3600, srpt-oracle, dynamic]
+    tags: [queueing]
+  - name: small-validation-window
+    set: validation
+    jobs: tiresias_60job.jobs.csv
+    cluster: tiresias_16x4.cluster.csv
+    window_s: [0, 900]
+    tags: [queueing]
+  - name: small-energy
+    set: validation
+    jobs: tiresias_60job.jobs.csv
+    cluster: tiresias_16x4.cluster.csv
+    policies: [fifo, tiresias, tiresias+powersave, dynamic]
+    tags: [energy]
+"""
+
+
+def test_the_matrix_runs_every_scenario_and_policy(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(MATRIX)
+    out = tmp_path / "m.json"
+    result = CliRunner().invoke(
+        app, ["replay", "--matrix", str(path), "--workers", "2", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    scenarios = doc["scenarios"]
+    assert set(scenarios) == {"small-tune", "small-validation-window", "small-energy"}
+    tune = scenarios["small-tune"]
+    assert set(tune["results"]) == {"fifo", "tiresias", "tiresias-t3600", "srpt-oracle", "dynamic"}
+    assert tune["ratios"]["tiresias"]["tiresias"]["avg_jct_s"] == 1.0
+    ratio = tune["ratios"]["dynamic"]["srpt-oracle"]["avg_jct_s"]
+    assert (
+        ratio
+        == tune["results"]["dynamic"]["avg_jct_s"] / tune["results"]["srpt-oracle"]["avg_jct_s"]
+    )
+    window = scenarios["small-validation-window"]
+    assert 0 < window["results"]["fifo"]["jobs"] < tune["results"]["fifo"]["jobs"]
+    assert set(doc["summary"]) == {"tune", "validation"}
+    assert doc["summary"]["tune"]["tiresias"]["avg_jct_s_vs_tiresias"]["geomean"] == 1.0
+    checks = {(c["scenario"], c["target"]) for c in doc["targets"]}
+    assert ("small-energy", "energy_kwh / tiresias+powersave") in checks
+    assert doc["targets"][0]["set"] == "validation"  # the validation set first
+    assert "targets of dynamic" in result.output
+
+
+def test_a_bad_matrix_names_what_is_wrong(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(MATRIX.replace("srpt-oracle, dynamic]", "srpt-oracle, lottery]"))
+    with pytest.raises(SimError, match="unknown policy 'lottery'"):
+        load_matrix(path)
+    path.write_text(MATRIX.replace("set: tune", "set: train"))
+    with pytest.raises(SimError, match="set"):
+        load_matrix(path)
+
+
+def test_the_committed_matrices_are_valid() -> None:
+    for name in ("scenarios.yaml", "tune.yaml"):
+        matrix, _ = load_matrix(REPO / "bench" / name)
+        sets = {s.set for s in matrix.scenarios}
+        assert sets == ({"tune", "validation"} if name == "scenarios.yaml" else {"tune"})
