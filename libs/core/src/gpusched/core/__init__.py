@@ -26,8 +26,9 @@ from gpusched.core.placement import PLACEMENTS, Placement, make_placement
 from gpusched.core.policies import POLICIES, Oracle, Policy, make_policy
 from gpusched.core.power import EnergyMeter, PowerModel
 from gpusched.core.reasons import never_fits
+from gpusched.core.reservations import Reservation
 from gpusched.core.runtime import RuntimePredictor
-from gpusched.core.scheduler import CycleResult, Reservation, Scheduler
+from gpusched.core.scheduler import CycleResult, Scheduler
 
 __all__ = [
     "DEMAND_SERIES",

@@ -8,8 +8,6 @@ argument; nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
-import bisect
-import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -38,28 +36,16 @@ from gpusched.core.policies import Policy
 from gpusched.core.power import PowerModel
 from gpusched.core.queue import PendingQueue
 from gpusched.core.reasons import explain
+from gpusched.core.reservations import Reservation, ReservationPlanner
 from gpusched.core.runtime import RuntimePredictor
 
-__all__ = ["CycleResult", "Reservation", "Scheduler"]
+__all__ = ["CycleResult", "Scheduler"]
 
 
 @dataclass(slots=True)
 class CycleResult:
     decisions: list[Decision] = field(default_factory=list)
     pending: dict[str, PendingReason] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """Nodes held for a blocked job from ``start`` on (backfill's shadow time): one node,
-    or for a gang larger than any node the whole nodes it will span. ``spare``: GPUs of
-    each node predicted free at ``start`` beyond what the job needs (other jobs may use
-    them meanwhile, as Slurm reserves only what a job asks for)."""
-
-    job_id: str
-    node_ids: tuple[str, ...]
-    start: float
-    spare: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)
@@ -96,13 +82,8 @@ class Scheduler:
         self.queue = PendingQueue()
         self.idle_since: dict[str, float] = {nid: 0.0 for nid in self.state.nodes}
         self.reservations: dict[str, Reservation] = {}  # job id -> its reservation
-        self._last_reservations: dict[str, Reservation] = {}
         self._victims: list[tuple[Job, object]] | None = None
-        # Predicted ends of running jobs, kept across cycles: node -> sorted (end, GPUs it
-        # frees, job), and a heap to revise overrun predictions.
-        self._frees: dict[str, list[tuple[float, float, str]]] = {}
-        self._run_end: dict[str, float] = {}  # running job -> predicted end
-        self._end_heap: list[tuple[float, str]] = []
+        self.planner = ReservationPlanner(self.state, self.predictor)
         self.ref_time = 0.0
         self._next_refresh = 0.0
         self._dirty = True
@@ -268,7 +249,7 @@ class Scheduler:
                     failed.clear()
                     continue
             if len(self.reservations) < depth and policy.may_reserve(job, now):
-                res = self._reserve_again(job, now, held)
+                res = self.planner.plan(job, now, {h.node_id for h in held}, self.running)
                 if res is not None:
                     self.reservations[job_id] = res
                     held.extend(
@@ -277,7 +258,7 @@ class Scheduler:
                     )
                     state.hide(res.node_ids)
                     failed = {(r, k) for r, k in failed if not k}  # the usable sets moved
-        self._last_reservations = self.reservations
+        self.planner.remember(self.reservations)
         state.unhide(h.node_id for h in held)
 
     def reserved_nodes(self) -> set[str]:
@@ -316,22 +297,13 @@ class Scheduler:
         finally:
             self.state.hide(hidden)
 
-    def _reserve_again(self, job: Job, now: float, held: list[_Held]) -> Reservation | None:
-        """Last cycle's reservation of ``job`` while still ahead and its nodes are free of
-        other reservations (jobs only leave them), else a new one."""
-        last = self._last_reservations.get(job.job_id)
-        taken = {h.node_id for h in held}
-        if last is not None and last.start > now and taken.isdisjoint(last.node_ids):
-            return last
-        return self._reserve(job, now, taken)
-
     def _start(
         self, job: Job, allocs: tuple[Allocation, ...], now: float, decisions: list[Decision]
     ) -> None:
         self.state.allocate(job.job_id, allocs)
         self.queue.remove(job.job_id)
         job.state, job.run_start, job.allocations = JobState.RUNNING, now, allocs
-        self._predict_end(job, now)
+        self.planner.started(job, now)
         if job.first_start is None:
             job.first_start = now
         self.running[job.job_id] = job
@@ -343,7 +315,7 @@ class Scheduler:
     def _stop(self, job: Job, now: float) -> None:
         """Release a running job's resources and account for the time it ran."""
         self.state.release(job.job_id, job.allocations)
-        self._forget_end(job)
+        self.planner.stopped(job)
         ran = job.running_for(now)
         job.executed_s += ran
         job.attained_gpu_s += ran * job.request.num_gpu
@@ -397,88 +369,6 @@ class Scheduler:
         self._start(job, allocs, now, decisions)
         self._victims = None
         return True
-
-    def _predict_end(self, job: Job, now: float) -> None:
-        """Record a running job's predicted end: set when it starts and revised only once
-        overrun (as Slurm's backfill plans with time limits), so plans are cheap and
-        stable."""
-        end = self._run_end[job.job_id] = now + self.predictor.expected_remaining(job, now)
-        for a in job.allocations:
-            gpus = len(a.gpu_indices) * a.share
-            bisect.insort(self._frees.setdefault(a.node_id, []), (end, gpus, job.job_id))
-        heapq.heappush(self._end_heap, (end, job.job_id))
-
-    def _forget_end(self, job: Job) -> None:
-        if self._run_end.pop(job.job_id, None) is None:
-            return
-        for a in job.allocations:
-            ends = self._frees.get(a.node_id, [])
-            ends[:] = [e for e in ends if e[2] != job.job_id]
-
-    def _predicted_frees(self, now: float) -> dict[str, list[tuple[float, float, str]]]:
-        """node -> (predicted end, GPUs it frees, job) of its running jobs, soonest first;
-        predictions already overrun are revised first."""
-        heap = self._end_heap
-        while heap and heap[0][0] <= now:
-            end, job_id = heapq.heappop(heap)
-            if self._run_end.get(job_id) == end:
-                job = self.running[job_id]
-                self._forget_end(job)
-                self._predict_end(job, now)
-        return self._frees
-
-    def _reserve(self, job: Job, now: float, taken: set[str]) -> Reservation | None:
-        """The node (or, for a gang larger than any node, the whole nodes) where ``job``
-        fits soonest once running jobs end as predicted; nodes in ``taken`` are held by
-        reservations of jobs ahead of it."""
-        req = job.request
-        need = req.num_gpu
-        if need == 0:
-            return None
-        frees = self._predicted_frees(now)
-        models = [m for m in self.state.models if req.allows(m)]
-        if req.whole_gpus > max((self.state.max_gpus[m] for m in models), default=0):
-            return self._reserve_spanning(job, now, taken, models)
-        best: tuple[float, str, float] | None = None
-        for node in self.state.on_nodes():
-            if node.node_id in taken or node.spec.gpu_model not in models:
-                continue
-            if node.spec.num_gpus < need:
-                continue
-            free = float(node.free_whole) if req.whole_gpus else max(node.gpu_free, default=0.0)
-            t = now
-            for end, gpus, _ in frees.get(node.node_id, ()):
-                if free >= need - EPS or (best is not None and end >= best[0]):
-                    break
-                free, t = free + gpus, end
-            if free >= need - EPS and t > now and (best is None or t < best[0]):
-                best = (t, node.node_id, free - need)
-        if best is None:
-            return None
-        return Reservation(job.job_id, (best[1],), best[0], (best[2],))
-
-    def _reserve_spanning(
-        self, job: Job, now: float, taken: set[str], models: list[str]
-    ) -> Reservation | None:
-        """Whole nodes of one model for a gang larger than any node: the nodes that empty
-        soonest, from the time the last of them is predicted to be empty."""
-        frees = self._predicted_frees(now)
-        best: Reservation | None = None
-        for model in models:
-            size = self.state.max_gpus[model]
-            count = -(-job.request.whole_gpus // size)
-            empty_at = sorted(
-                (max((end for end, _, _ in frees.get(n.node_id, ())), default=now), n.node_id)
-                for n in self.state.on_nodes()
-                if n.spec.gpu_model == model and n.spec.num_gpus == size and n.node_id not in taken
-            )
-            if len(empty_at) < count:
-                continue
-            start = empty_at[count - 1][0]
-            if start > now and (best is None or start < best.start):
-                nodes = tuple(nid for _, nid in empty_at[:count])
-                best = Reservation(job.job_id, nodes, start, (0.0,) * count)
-        return best
 
     def _apply_power(self, decision: Decision, now: float) -> None:
         if isinstance(decision, ParkNode):

@@ -1,0 +1,106 @@
+"""The policy interface: hooks a named policy overrides (ordering, preemption,
+reservations, timers, power); the base is FIFO-like."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from gpusched.core.model import Decision, Job
+from gpusched.core.powersave import SuspendIdle
+
+if TYPE_CHECKING:
+    from gpusched.core.scheduler import Scheduler
+
+__all__ = ["Key", "Oracle", "Policy"]
+
+Key = tuple[Any, ...]
+Oracle = Callable[[str], float]  # job id -> true total run time still to do, from 0
+
+
+class Policy:
+    """Base: FIFO-like defaults. Subclasses override the hooks they need (~50 lines each)."""
+
+    name = ""
+    preemptive = False
+    blocks_at_head = False
+    reserves_head = False
+    refreshes = False
+    reads_outlook = False  # plans capacity from the scheduler's demand forecast
+
+    def bind(self, scheduler: Scheduler) -> None:
+        self.s = scheduler
+        self.p = scheduler.params
+
+    def reserve_depth(self) -> int:
+        """Blocked jobs per cycle that get a reservation (0: none)."""
+        return self.p.reserve_depth if self.reserves_head else 0
+
+    def may_reserve(self, job: Job, now: float) -> bool:
+        """Whether a blocked ``job`` may get a reservation now."""
+        return True
+
+    def key(self, job: Job, ref_time: float) -> Key:
+        """Sort key of a pending job (lower runs first); fixed between refreshes."""
+        return (job.submit_time,)
+
+    def running_key(self, job: Job, now: float) -> Key:
+        """Sort key of a running job, comparable with ``key`` (for preemption)."""
+        return self.key(job, now)
+
+    # Preemption is decided in two cheap steps, so a cycle can weigh many pairs:
+    # ``victim_facts`` once per running job and cycle (None: not preemptable now), then
+    # ``preempt_context`` once per blocked job (None: it may not preempt), then
+    # ``may_preempt(facts, context)`` per pair.
+    def victim_facts(self, victim: Job, now: float) -> Any:
+        return None
+
+    def preempt_context(self, job: Job, now: float) -> Any:
+        return None
+
+    def may_preempt(self, facts: Any, context: Any) -> bool:
+        return False
+
+    def victim_order(self, victim: Job, facts: Any, now: float) -> Key:
+        """Victims are released largest key first (by default: lowest priority first)."""
+        return self.running_key(victim, now)
+
+    def begin_refresh(self, now: float) -> None:
+        """Priorities are about to be recomputed at ``now`` (cache per-tenant terms here)."""
+        return None
+
+    _next_tick = 0.0
+
+    def tick_s(self) -> float | None:
+        """Seconds between timer cycles, or None for a policy that needs none."""
+        return None
+
+    def timer_due(self, now: float) -> bool:
+        """Whether ``now`` is a timer cycle (and schedule the next one)."""
+        period = self.tick_s()
+        if period is None or now < self._next_tick:
+            return False
+        self._next_tick = now + period
+        return True
+
+    def next_timer(self, now: float) -> float | None:
+        return self._next_tick if self.tick_s() is not None else None
+
+    # Slurm-style power saving, set by ``make_policy`` for a ``<name>+powersave`` policy.
+    power_saving: SuspendIdle | None = None
+
+    def power(self, now: float) -> list[Decision]:
+        """Park and wake decisions after admission (none unless power saving is on)."""
+        return self.power_saving.decide(self.s, now) if self.power_saving else []
+
+    def power_timer(self, now: float) -> float | None:
+        """When power decisions are next due even if nothing happens (a node's idle
+        time reaching the suspend time), or None."""
+        return self.power_saving.next_time(self.s, now) if self.power_saving else None
+
+    def components(self, job: Job, now: float) -> dict[str, float]:
+        """The named terms of a job's priority (for priority updates)."""
+        return {"submit_time": job.submit_time}
+
+    def why_placed(self, job: Job, now: float) -> str:
+        return f"{self.name}: fits now"
