@@ -59,7 +59,7 @@ results: install ## Re-run the replays and backtest of docs/results.md into .ben
 		.bench/openb_default.json
 
 .PHONY: scenarios
-scenarios: install ## Replay the dev scenario matrix (bench/scenarios.yaml) in parallel; table + .bench/scenarios.json (~15 min)
+scenarios: install ## Replay the dev scenario matrix (bench/scenarios.yaml) in parallel; tables + .bench/scenarios.json (~18 min)
 	$(REPLAY) --matrix bench/scenarios.yaml --json .bench/scenarios.json
 
 .PHONY: tune
