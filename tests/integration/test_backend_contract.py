@@ -223,7 +223,9 @@ def _kube_cluster(kube: LocalKube) -> Cluster:
     params=[
         "sim",
         pytest.param("slurm", marks=pytest.mark.slurm),
-        pytest.param("kubernetes", marks=pytest.mark.kubernetes),
+        # The first Kubernetes test of a machine builds kube-apiserver (~8 min, once):
+        # longer than the default per-test timeout.
+        pytest.param("kubernetes", marks=[pytest.mark.kubernetes, pytest.mark.timeout(1500)]),
     ]
 )
 def make_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
