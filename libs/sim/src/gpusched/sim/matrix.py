@@ -136,13 +136,12 @@ def _tasks(matrix: Matrix, traces: Path, sets: set[str]) -> list[_Task]:
             continue
         jobs = _trace_path(traces, scenario.jobs)
         cluster = _trace_path(traces, scenario.cluster)
-        size = len(load_jobs(jobs, scenario.time_scale))
+        scale = scenario.time_scale
+        submits = [j.submit_time for j in load_jobs(jobs, scale)]
         if scenario.window_s is not None:
             start, end = scenario.window_s
-            scale = scenario.time_scale
-            size = sum(
-                1 for j in load_jobs(jobs, scale) if start / scale <= j.submit_time < end / scale
-            )
+            submits = [t for t in submits if start / scale <= t < end / scale]
+        size = len(submits)
         for policy in matrix.policies_of(scenario):
             variant = matrix.variants.get(policy)
             runs = variant.policy if variant else policy
