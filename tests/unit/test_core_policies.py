@@ -13,32 +13,12 @@ from gpusched.core import (
     ParkNode,
     Place,
     Preempt,
-    Request,
     Scheduler,
     UnknownName,
     make_placement,
     make_policy,
 )
-
-
-def node(
-    name: str, gpus: int = 8, model: str = "V100", cpu: int = 64000, mem: int = 512000
-) -> NodeSpec:
-    return NodeSpec(name, model, gpus, cpu, mem)
-
-
-def job(
-    name: str,
-    gpus: float,
-    submit: float = 0.0,
-    models: str = "",
-    tenant: str = "t",
-    qos: str = "normal",
-    cpu: int = 0,
-    mem: int = 0,
-) -> Job:
-    allowed = frozenset(m for m in models.split("|") if m)
-    return Job(name, Request(gpus, allowed, cpu, mem), submit, tenant, qos)
+from tests.core_builders import job, node
 
 
 @dataclass

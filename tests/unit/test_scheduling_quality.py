@@ -11,13 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpusched.core import (
-    Job,
-    NodeSpec,
     Params,
     ParkNode,
     Place,
     Preempt,
-    Request,
     Scheduler,
     make_placement,
     make_policy,
@@ -26,18 +23,10 @@ from gpusched.core import (
 from gpusched.core.policies import POLICIES, policy_names
 from gpusched.sim import SimError, Simulation, load_cluster, load_jobs, summarize
 from gpusched.sim.engine import RunResult
+from tests.core_builders import job, node
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
-
-
-def node(name: str, gpus: int = 8, model: str = "V100") -> NodeSpec:
-    return NodeSpec(name, model, gpus, 64000, 512000)
-
-
-def job(name: str, gpus: float, submit: float = 0.0, models: str = "", qos: str = "normal") -> Job:
-    allowed = frozenset(m for m in models.split("|") if m)
-    return Job(name, Request(gpus, allowed), submit, "t", qos)
 
 
 def kinds(decisions: list[object]) -> list[tuple[str, str]]:

@@ -138,7 +138,7 @@ class Dynamic(Policy):
             allocated += n - node.free_gpu if node.power is PowerState.ON else 0.0
             if node.power is PowerState.ON and node.idle and node.node_id not in held:
                 idle_on.append((self.s.idle_since.get(node.node_id, now), node.node_id, n))
-        need, keep, park_after = self._need(now, allocated, allocated)
+        need, keep, park_after = self._need(now, allocated)
         if capacity < need:
             for node_id, n in parked:
                 if capacity >= need:
@@ -154,20 +154,20 @@ class Dynamic(Policy):
             capacity -= n
         return decisions
 
-    def _need(self, now: float, demand: float, allocated: float) -> tuple[float, float, float]:
+    def _need(self, now: float, allocated: float) -> tuple[float, float, float]:
         """(GPUs to have on now, GPUs to keep on when parking, idle time before parking).
 
-        Waiting jobs are served by ``wake_for_waiting`` (nodes they can use); ``demand``
-        is what runs. Without a forecast: that demand plus the fixed headroom, and a node idle for
-        ``dynamic_park_after_s`` is parked. A forecast (the scheduler's ``outlook``) adds
-        to that, never takes away: the rise predicted before a node woken now would be
-        ready (wake ahead), the predicted arrivals of the high classes in that time
-        (their own headroom), and a node is kept when the rise predicted over the
-        look-ahead would need it; in exchange an idle node the forecast does not need is
-        parked sooner (``dynamic_forecast_park_after_s``).
+        Waiting jobs are served by ``wake_for_waiting`` (nodes they can use); the demand
+        here is what runs (``allocated``). Without a forecast: that plus the fixed
+        headroom, and a node idle for ``dynamic_park_after_s`` is parked. A forecast (the
+        scheduler's ``outlook``) adds to that, never takes away: the rise predicted before
+        a node woken now would be ready (wake ahead), the predicted arrivals of the high
+        classes in that time (their own headroom), and a node is kept when the rise
+        predicted over the look-ahead would need it; in exchange an idle node the forecast
+        does not need is parked sooner (``dynamic_forecast_park_after_s``).
         """
         p = self.p
-        fixed = demand + p.dynamic_headroom_gpus + p.dynamic_headroom_frac * allocated
+        fixed = allocated + p.dynamic_headroom_gpus + p.dynamic_headroom_frac * allocated
         outlook = self.s.outlook
         if outlook is None:
             return fixed, fixed, p.dynamic_park_after_s

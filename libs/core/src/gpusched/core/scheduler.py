@@ -83,6 +83,8 @@ class Scheduler:
         self.idle_since: dict[str, float] = {nid: 0.0 for nid in self.state.nodes}
         self.reservations: dict[str, Reservation] = {}  # job id -> its reservation
         self._victims: list[tuple[Job, object]] | None = None
+        # per cycle: (tenant, GPUs, run so far) -> predicted end of a pending job started now
+        self._ends: dict[tuple[str, float, float], float] = {}
         self.planner = ReservationPlanner(self.state, self.predictor)
         self.ref_time = 0.0
         self._next_refresh = 0.0
@@ -206,7 +208,7 @@ class Scheduler:
         preempt_tries = 0
         self.reservations = {}
         self._victims = None
-        self._ends: dict[tuple[str, float, float], float] = {}  # predicted end if started now
+        self._ends.clear()
         held: list[_Held] = []
         depth = policy.reserve_depth()
         scanned = 0
