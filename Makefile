@@ -20,10 +20,11 @@ run: install ## Start the whole platform (broker, services, simulated cluster, A
 	$(RUN) gpusched up $(RUN_ARGS)
 
 .PHONY: lint
-lint: install ## Ruff (lint + format check) and mypy (strict on libs/)
+lint: install ## Ruff (lint + format check), mypy (strict on libs/) and the package boundaries (lint-imports)
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
-	$(RUN) mypy libs services infra/kafka infra/slurm infra/kubernetes tools bench
+	$(RUN) mypy libs services infra/local cli tools bench
+	$(RUN) lint-imports --no-cache
 
 .PHONY: test
 test: lint ## Install, lint, type-check, then run the whole test suite (starts and stops Kafka)
@@ -35,7 +36,7 @@ test-unit: install ## Only the fast unit tests (no broker)
 
 .PHONY: bench
 bench: install ## Run every benchmark; writes .bench/results.json (flat name: number)
-	PYTHONPATH=infra/kafka $(RUN) python bench/run.py --out .bench/results.json
+	$(RUN) python bench/run.py --out .bench/results.json
 
 TRACES ?= ../shared/traces
 REPLAY := $(RUN) gpusched replay
@@ -68,15 +69,15 @@ tune: install ## The parameter sweep on the tune set only (bench/tune.yaml) -> .
 
 .PHONY: kafka-up
 kafka-up: install ## Start the local Kafka broker (KRaft) and create the topics; no-op if running
-	$(RUN) python infra/kafka/local_broker.py up
+	$(RUN) python -m gpusched.local.kafka up
 
 .PHONY: kafka-down
 kafka-down: install ## Stop the local Kafka broker
-	$(RUN) python infra/kafka/local_broker.py down
+	$(RUN) python -m gpusched.local.kafka down
 
 .PHONY: kafka-status
 kafka-status: install ## Say whether the local Kafka broker runs
-	$(RUN) python infra/kafka/local_broker.py status
+	$(RUN) python -m gpusched.local.kafka status
 
 .PHONY: asyncapi
 asyncapi: install ## Regenerate docs/asyncapi.json from the event models
@@ -94,5 +95,5 @@ fmt: install ## Format and auto-fix with ruff
 
 .PHONY: clean
 clean: ## Stop the local broker and remove local state (var/, .bench/, caches; keeps the Kafka jars)
-	-@[ -x "$$(command -v uv)" ] && [ -d .venv ] && $(RUN) python infra/kafka/local_broker.py down
+	-@[ -x "$$(command -v uv)" ] && [ -d .venv ] && $(RUN) python -m gpusched.local.kafka down
 	rm -rf var .bench .pytest_cache .mypy_cache .ruff_cache .hypothesis

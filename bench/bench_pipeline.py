@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -27,11 +26,12 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from gpusched.contracts import GpuTelemetrySample, NodeView, decode, encode
 from gpusched.contracts.topics import TELEMETRY, VIEW
+from gpusched.local.procs import gpusched_executable
 from samples import telemetry_samples
 from services import broker_and_prefix, quantile, start, stop
 
 GPUS, ROUNDS = 10_000, 20
-GPUSCHED = Path(sys.executable).parent / "gpusched"  # the collector runs to its end
+GPUSCHED = gpusched_executable()  # the collector runs to its end
 
 
 async def _produce(bootstrap: str, topic: str, payloads: list[tuple[bytes, bytes]]) -> None:

@@ -3,17 +3,16 @@ and the full philly_dev replay of all five policies (figures named in issue 3)."
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from pathlib import Path
 
 from gpusched.core import Scheduler, make_placement, make_policy
 from gpusched.forecaster import ForecastOutlook
-from gpusched.sim import load_cluster, load_jobs, replay
+from gpusched.sim import load_cluster, load_jobs, replay, traces_dir
 
 REPO = Path(__file__).resolve().parents[1]
-TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
+TRACES = traces_dir(REPO.parent / "shared" / "traces")
 REPEATS = 7
 
 

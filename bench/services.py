@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from local_broker import LocalBroker, ensure_topics, external_bootstrap
+from gpusched.contracts.provision import ensure_topics
+from gpusched.local.kafka import LocalBroker, external_bootstrap
+from gpusched.local.procs import gpusched_executable
 
-GPUSCHED = Path(sys.executable).parent / "gpusched"
+GPUSCHED = gpusched_executable()
 
 
 @contextmanager

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from gpusched.contracts.provision import ensure_topics
+from gpusched.local.kafka import BrokerError, LocalBroker, external_bootstrap
 from gpusched.store import Store, StoreSettings
-from local_broker import BrokerError, LocalBroker, ensure_topics, external_bootstrap
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -17,16 +15,12 @@ from typing import Any, TypeVar
 import httpx
 from aiokafka import AIOKafkaProducer
 
+from gpusched.local.procs import free_port, gpusched_executable
+
 __all__ = ["Pipeline", "free_port", "produce", "write_cluster"]
 
 T = TypeVar("T")
-GPUSCHED = Path(sys.executable).parent / "gpusched"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+GPUSCHED = gpusched_executable()
 
 
 def write_cluster(

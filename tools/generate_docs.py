@@ -16,9 +16,10 @@ from gpusched.api import ApiSettings
 from gpusched.collector import CollectorSettings
 from gpusched.contracts.asyncapi import asyncapi_json
 from gpusched.core import Params
-from gpusched.dispatcher import DispatcherSettings, SimClusterSettings
+from gpusched.dispatcher import DispatcherSettings
 from gpusched.forecaster import ForecasterSettings
 from gpusched.processor import ProcessorSettings
+from gpusched.simcluster import SimClusterSettings
 from gpusched.sink import SinkSettings
 from gpusched.store import StoreSettings
 

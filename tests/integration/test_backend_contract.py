@@ -3,8 +3,8 @@
 Each implementation gets the same tests through the ``cluster`` fixture, against a real
 cluster started for the test: ``sim`` a `gpusched simcluster` process (over HTTP, as the
 dispatcher uses it), ``slurm`` real munged, slurmctld, two slurmd with fake GPUs and
-slurmrestd (infra/slurm/local_slurm.py), ``kubernetes`` etcd and a kube-apiserver built
-from the k8s.io/kubernetes module (infra/kubernetes/local_kube.py) with two Node objects
+slurmrestd (gpusched.local.slurm), ``kubernetes`` etcd and a kube-apiserver built
+from the k8s.io/kubernetes module (gpusched.local.kube) with two Node objects
 that advertise GPUs. The cluster: two nodes of 4 V100; a job runs about a second.
 
 No container runtime can run here, so Kubernetes has no kubelet: a task of this test
@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -28,8 +26,6 @@ import httpx
 import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
-from local_kube import LocalKube
-from local_slurm import LocalSlurm, SlurmNode
 
 from gpusched.contracts import JobEventType
 from gpusched.core import Allocation, Job, PowerState, Request
@@ -44,15 +40,13 @@ from gpusched.dispatcher import (
 )
 from gpusched.dispatcher.kubernetes_backend import GPU, MODEL_LABEL
 from gpusched.dispatcher.slurm_backend import slurm_nice
+from gpusched.local.kube import LocalKube, apiserver_buildable
+from gpusched.local.slurm import LocalSlurm, SlurmNode
 from tests.pipeline import GPUSCHED, free_port, write_cluster
 
 pytestmark = [pytest.mark.slow]
 
 PLACED, RUNNING, FINISHED = JobEventType.PLACED, JobEventType.RUNNING, JobEventType.FINISHED
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gpusched"
 
 
 @dataclass
@@ -124,8 +118,7 @@ def _slurm(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
 
 
 def _kubernetes(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
-    no_go = not shutil.which("go") and not Path("/usr/local/go/bin/go").exists()
-    if no_go and not any(_cache_dir().glob("kube-apiserver-*")):
+    if not apiserver_buildable():
         pytest.skip("kube-apiserver is built from the k8s.io/kubernetes module: needs Go")
     kube = LocalKube(tmp_path / "kube")
     kube.up()

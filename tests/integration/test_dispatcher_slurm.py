@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from local_slurm import LocalSlurm, SlurmNode
 
 from gpusched.contracts import JobEvent, JobRequest, decode, encode
 from gpusched.contracts.topics import JOBS
+from gpusched.local.slurm import LocalSlurm, SlurmNode
 from tests.pipeline import Pipeline, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slurm, pytest.mark.slow]

@@ -11,8 +11,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from gpusched.contracts import DemandForecast, JobEvent, JobRequest, decode, encode
+from gpusched.contracts.provision import ensure_topics
 from gpusched.contracts.topics import FORECASTS, JOBS
-from local_broker import ensure_topics
 from tests.pipeline import Pipeline, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

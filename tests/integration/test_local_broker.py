@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from local_broker import HERE, _pid_alive, external_bootstrap
+from gpusched.local.kafka import external_bootstrap
+from gpusched.local.procs import pid_alive, port_open
 
 pytestmark = [
     pytest.mark.kafka,
@@ -38,11 +39,6 @@ def _free_port_pair() -> int:
     raise RuntimeError("no free port pair in 20000-30000")
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
 def test_up_is_idempotent_survives_kill_9_and_down_leaves_nothing(tmp_path: Path) -> None:
     # A broker of its own (own port and folder) so the session broker is not disturbed;
     # the jar cache is the shared one, so nothing is downloaded again.
@@ -56,7 +52,7 @@ def test_up_is_idempotent_survives_kill_9_and_down_leaves_nothing(tmp_path: Path
 
     def cli(command: str) -> str:
         done = subprocess.run(
-            [sys.executable, str(HERE / "local_broker.py"), command],
+            [sys.executable, "-m", "gpusched.local.kafka", command],
             env=env,
             capture_output=True,
             text=True,
@@ -82,8 +78,8 @@ def test_up_is_idempotent_survives_kill_9_and_down_leaves_nothing(tmp_path: Path
     assert "kafka stopped" in stopped
     assert not pid_file.exists()
     deadline = time.monotonic() + 10
-    while _port_open(port) and time.monotonic() < deadline:
+    while port_open(port) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _port_open(port)
+    assert not port_open(port)
     # Gone, or a zombie waiting for a parent that does not reap (PID 1 in some sandboxes).
-    assert not _pid_alive(new_pid)
+    assert not pid_alive(new_pid)

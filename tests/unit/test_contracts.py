@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpusched.contracts import (
     TOPICS,
@@ -23,6 +22,7 @@ from gpusched.contracts import (
     topic_for,
 )
 from gpusched.contracts.asyncapi import asyncapi_json
+from gpusched.contracts.provision import topic_specs
 from tests.builders import every_event
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,11 +97,23 @@ def test_topic_lookup() -> None:
 
 
 def test_topics_yaml_declares_exactly_the_contract_topics() -> None:
-    doc = yaml.safe_load((REPO / "infra/kafka/topics.yaml").read_text())
-    assert [t["name"] for t in doc["topics"]] == [t.base for t in TOPICS]
-    policies = {t["name"]: t["cleanup_policy"] for t in doc["topics"]}
-    assert policies["gpusched.view.v1"] == "compact"
-    assert policies["gpusched.control.v1"] == "compact"
+    # the declarations shipped in the package, found without the checkout
+    specs = {s.name: s for s in topic_specs(prefix="p.")}
+    assert list(specs)[::2] == [t.name("p.") for t in TOPICS]
+    assert list(specs)[1::2] == [t.dlq("p.") for t in TOPICS]
+    assert specs["p.gpusched.view.v1"].cleanup_policy == "compact"
+    assert specs["p.gpusched.control.v1"].cleanup_policy == "compact"
+    assert specs["p.gpusched.jobs.v1.dlq"].configs()["cleanup.policy"] == "delete"
+
+
+def test_topic_declarations_can_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "topics.yaml"
+    path.write_text(
+        "dlq: {partitions: 1, cleanup_policy: delete, retention_ms: 1}\n"
+        "topics: [{name: t.v1, partitions: 2, cleanup_policy: delete, retention_ms: 5}]\n"
+    )
+    specs = [(s.name, s.partitions) for s in topic_specs(path=path)]
+    assert specs == [("t.v1", 2), ("t.v1.dlq", 1)]
 
 
 def test_committed_asyncapi_document_is_current() -> None:

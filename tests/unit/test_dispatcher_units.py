@@ -86,7 +86,7 @@ def test_kubernetes_pod_request() -> None:
 def test_each_step_is_recorded_once(
     last: JobEventType | None, kind: JobEventType, known: bool, skip: bool
 ) -> None:
-    from gpusched.dispatcher.app import Dispatcher
+    from gpusched.dispatcher.dispatcher import Dispatcher
 
     d = SimpleNamespace(
         _recorded={} if last is None else {"j": last},

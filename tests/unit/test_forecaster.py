@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from gpusched.api.cli import app
+from gpusched.cli.main import app
 from gpusched.core import (
     Job,
     NodeSpec,
@@ -34,9 +34,9 @@ from gpusched.forecaster import (
     offered_demand,
 )
 from gpusched.forecaster.models import last_value, local_scale, seasonal_naive
-from gpusched.sim import Simulation, TraceJob, load_jobs
+from gpusched.sim import Simulation, TraceJob, load_jobs, traces_dir
 
-TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"
+TRACES = traces_dir(Path(__file__).resolve().parents[2].parent / "shared" / "traces")
 PHILLY = TRACES / "philly_dev.jobs.csv"
 DAY = 86400.0
 HOURLY = ModelConfig(step_s=3600.0)

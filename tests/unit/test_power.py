@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 import pytest
@@ -11,9 +10,10 @@ import pytest
 from gpusched.core import EnergyMeter, NodeSpec, PowerModel, PowerState
 from gpusched.core.cluster import ClusterState
 from gpusched.core.model import Allocation
+from gpusched.sim import traces_dir
 
 REPO = Path(__file__).resolve().parents[2]
-TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
+TRACES = traces_dir(REPO.parent / "shared" / "traces")
 
 
 def test_every_gpu_model_of_the_traces_and_recent_ones_is_in_the_model() -> None:

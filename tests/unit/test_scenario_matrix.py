@@ -4,18 +4,17 @@ worker processes through the same replay, compared by ratios and checked on targ
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from gpusched.api.cli import app
-from gpusched.sim import SimError
+from gpusched.cli.main import app
+from gpusched.sim import SimError, traces_dir
 from gpusched.sim.matrix import load_matrix
 
 REPO = Path(__file__).resolve().parents[2]
-TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
+TRACES = traces_dir(REPO.parent / "shared" / "traces")
 
 MATRIX = f"""
 traces: {TRACES}

@@ -5,7 +5,6 @@ refuse to flatter, and no policy (but the oracle) peeking at run times."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,12 @@ from gpusched.core import (
     never_fits,
 )
 from gpusched.core.policies import POLICIES, policy_names
-from gpusched.sim import SimError, Simulation, load_cluster, load_jobs, summarize
+from gpusched.sim import SimError, Simulation, load_cluster, load_jobs, summarize, traces_dir
 from gpusched.sim.engine import RunResult
 from tests.core_builders import job, node
 
 REPO = Path(__file__).resolve().parents[2]
-TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
+TRACES = traces_dir(REPO.parent / "shared" / "traces")
 
 
 def kinds(decisions: list[object]) -> list[tuple[str, str]]:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner, Result
 
-from gpusched.api.cli import app
-from gpusched.sim import TraceError, load_cluster, load_jobs, replay
+from gpusched.cli.main import app
+from gpusched.sim import TraceError, load_cluster, load_jobs, replay, traces_dir
 
 REPO = Path(__file__).resolve().parents[2]
-TRACES = Path(os.environ.get("GPUSCHED_TRACES_DIR", REPO.parent / "shared" / "traces"))
+TRACES = traces_dir(REPO.parent / "shared" / "traces")
 RESULT_KEYS = {
     "jobs",
     "avg_jct_s",

@@ -13,6 +13,7 @@ from gpusched.contracts.errors import (
     InvalidEvent,
     MalformedMessage,
     MessageTooLarge,
+    ProvisionError,
     UnknownSchemaVersion,
     UnknownTopic,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "PlacementDecision",
     "PowerState",
     "PriorityUpdate",
+    "ProvisionError",
     "Topic",
     "UnknownSchemaVersion",
     "UnknownTopic",

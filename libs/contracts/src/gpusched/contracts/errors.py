@@ -7,6 +7,7 @@ __all__ = [
     "InvalidEvent",
     "MalformedMessage",
     "MessageTooLarge",
+    "ProvisionError",
     "UnknownSchemaVersion",
     "UnknownTopic",
 ]
@@ -44,3 +45,7 @@ class InvalidEvent(ContractError):
         self.errors = errors
         detail = "; ".join(f"{field}={value!r}: {msg}" for field, value, msg in errors)
         super().__init__(f"invalid {model}: {detail}")
+
+
+class ProvisionError(ContractError):
+    """The declared topics could not be created on the broker."""

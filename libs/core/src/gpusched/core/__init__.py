@@ -5,7 +5,13 @@ trace-driven simulator drive the same ``Scheduler``.
 """
 
 from gpusched.core.cluster import ClusterState, NodeState
-from gpusched.core.errors import CoreError, InvalidDecision, InvalidParameter, UnknownName
+from gpusched.core.errors import (
+    CoreError,
+    InvalidDecision,
+    InvalidParameter,
+    NeedsOracle,
+    UnknownName,
+)
 from gpusched.core.model import (
     Allocation,
     Decision,
@@ -13,22 +19,24 @@ from gpusched.core.model import (
     JobState,
     NodeSpec,
     ParkNode,
+    PendingCategory,
     PendingReason,
     Place,
     PowerState,
     Preempt,
     Request,
     WakeNode,
+    held_on,
 )
 from gpusched.core.outlook import DEMAND_SERIES, DemandOutlook, StepForecast, arrivals_series
 from gpusched.core.params import Params
-from gpusched.core.placement import PLACEMENTS, Placement, make_placement
-from gpusched.core.policies import POLICIES, Oracle, Policy, make_policy
+from gpusched.core.placement import PLACEMENTS, Placement, make_placement, placement_name
+from gpusched.core.policies import POLICIES, Oracle, Policy, live_policy, make_policy
 from gpusched.core.power import EnergyMeter, PowerModel
 from gpusched.core.reasons import never_fits
 from gpusched.core.reservations import Reservation
 from gpusched.core.runtime import RuntimePredictor
-from gpusched.core.scheduler import CycleResult, Scheduler
+from gpusched.core.scheduler import CycleResult, RecordedJob, Scheduler
 
 __all__ = [
     "DEMAND_SERIES",
@@ -45,11 +53,13 @@ __all__ = [
     "InvalidParameter",
     "Job",
     "JobState",
+    "NeedsOracle",
     "NodeSpec",
     "NodeState",
     "Oracle",
     "Params",
     "ParkNode",
+    "PendingCategory",
     "PendingReason",
     "Place",
     "Placement",
@@ -57,6 +67,7 @@ __all__ = [
     "PowerModel",
     "PowerState",
     "Preempt",
+    "RecordedJob",
     "Request",
     "Reservation",
     "RuntimePredictor",
@@ -65,7 +76,10 @@ __all__ = [
     "UnknownName",
     "WakeNode",
     "arrivals_series",
+    "held_on",
+    "live_policy",
     "make_placement",
     "make_policy",
     "never_fits",
+    "placement_name",
 ]

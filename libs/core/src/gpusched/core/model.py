@@ -17,12 +17,14 @@ __all__ = [
     "JobState",
     "NodeSpec",
     "ParkNode",
+    "PendingCategory",
     "PendingReason",
     "Place",
     "PowerState",
     "Preempt",
     "Request",
     "WakeNode",
+    "held_on",
 ]
 
 EPS = 1e-9
@@ -32,6 +34,15 @@ class PowerState(StrEnum):
     ON = "on"
     PARKED = "parked"
     WAKING = "waking"
+
+
+class PendingCategory(StrEnum):
+    """Why a job waits, for counting (``PendingReason`` says it in words)."""
+
+    PRIORITY = "priority"  # nodes fit it, but jobs ahead in policy order take them first
+    CAPACITY = "capacity"  # no node it accepts has room now (or is on)
+    RESERVATION = "reservation"  # nodes are reserved for it; it starts when they free up
+    NEVER = "never"  # no node of the cluster could ever hold it
 
 
 class JobState(StrEnum):
@@ -56,6 +67,11 @@ class Request:
     @property
     def is_fraction(self) -> bool:
         return 0 < self.num_gpu < 1
+
+    @property
+    def gpu_share(self) -> float:
+        """The share of each GPU it holds: its fraction, else 1.0 (whole GPUs)."""
+        return self.num_gpu if self.is_fraction else 1.0
 
     @property
     def whole_gpus(self) -> int:
@@ -93,6 +109,20 @@ class Allocation:
     share: float
     cpu_milli: int
     memory_mib: int
+
+
+def held_on(
+    request: Request, node_ids: tuple[str, ...], gpu_indices: tuple[tuple[int, ...], ...]
+) -> tuple[Allocation, ...]:
+    """The allocations of ``request`` running on these GPUs of these nodes (as a cluster
+    reports it): its GPU share on each, CPU and memory split evenly across the nodes."""
+    n = max(len(node_ids), 1)
+    return tuple(
+        Allocation(
+            node, tuple(idx), request.gpu_share, request.cpu_milli // n, request.memory_mib // n
+        )
+        for node, idx in zip(node_ids, gpu_indices, strict=False)
+    )
 
 
 @dataclass(slots=True)
@@ -165,6 +195,6 @@ Decision = Place | Preempt | ParkNode | WakeNode
 class PendingReason:
     """Why a job is still pending, in words, with the category for counting."""
 
-    category: str  # "priority", "capacity", "fragmentation", "reservation", "parked", "never"
+    category: PendingCategory
     message: str
     blockers: tuple[str, ...] = field(default=())

@@ -322,3 +322,9 @@ def make_placement(name: str) -> Placement:
         return PLACEMENTS[name]()
     except KeyError:
         raise UnknownName("placement", name, list(PLACEMENTS)) from None
+
+
+def placement_name(name: str) -> str:
+    """``name``, if it names a placement strategy (``UnknownName`` with the accepted ones)."""
+    make_placement(name)
+    return name

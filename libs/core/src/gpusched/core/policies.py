@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpusched.core.dynamic import Dynamic
-from gpusched.core.errors import UnknownName
+from gpusched.core.errors import NeedsOracle, UnknownName
 from gpusched.core.model import Job
 from gpusched.core.policy import Key, Oracle, Policy
 from gpusched.core.powersave import SuspendIdle
@@ -17,7 +17,15 @@ from gpusched.core.powersave import SuspendIdle
 if TYPE_CHECKING:
     from gpusched.core.scheduler import Scheduler
 
-__all__ = ["POLICIES", "POWERSAVE", "Oracle", "Policy", "make_policy", "policy_names"]
+__all__ = [
+    "POLICIES",
+    "POWERSAVE",
+    "Oracle",
+    "Policy",
+    "live_policy",
+    "make_policy",
+    "policy_names",
+]
 
 
 class Fifo(Policy):
@@ -220,7 +228,7 @@ def make_policy(name: str, oracle: Oracle | None = None) -> Policy:
         raise UnknownName("policy", name, policy_names())
     if base == "srpt-oracle":
         if oracle is None:
-            raise ValueError("srpt-oracle needs an oracle of true run times (simulation only)")
+            raise NeedsOracle("srpt-oracle needs an oracle of true run times (simulation only)")
         policy: Policy = SrptOracle(oracle)
     else:
         policy = POLICIES[base]()
@@ -228,3 +236,10 @@ def make_policy(name: str, oracle: Oracle | None = None) -> Policy:
         policy.power_saving = SuspendIdle()
         policy.name = name
     return policy
+
+
+def live_policy(name: str) -> str:
+    """``name``, if it names a policy a live cluster can run (``UnknownName`` with the
+    accepted names, ``NeedsOracle`` for srpt-oracle): a settings validator."""
+    make_policy(name)
+    return name

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpusched.core.model import EPS, Job, PendingReason, PowerState
+from gpusched.core.model import EPS, Job, PendingCategory, PendingReason, PowerState
 
 if TYPE_CHECKING:
     from gpusched.core.scheduler import Scheduler
@@ -39,7 +39,7 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
     """The reason ``job`` (at ``position`` in the queue) is still pending."""
     impossible = never_fits(scheduler, job)
     if impossible:
-        return PendingReason("never", f"cannot ever run: {impossible}")
+        return PendingReason(PendingCategory.NEVER, f"cannot ever run: {impossible}")
     res = scheduler.reservations.get(job.job_id)
     if res is not None:
         where = (
@@ -48,7 +48,7 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
             else (f"nodes {', '.join(res.node_ids)} are")
         )
         return PendingReason(
-            "reservation",
+            PendingCategory.RESERVATION,
             f"waiting for {job.request.describe()}; {where} reserved for it from "
             f"~t={res.start:.0f}s",
             res.node_ids,
@@ -73,15 +73,18 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
     ahead = f"{position} job(s) ahead in {scheduler.policy.name} order"
     if fits_now:
         return PendingReason(
-            "priority", f"{ahead}; {fits_now} node(s) fit {req.describe()} but are taken first"
+            PendingCategory.PRIORITY,
+            f"{ahead}; {fits_now} node(s) fit {req.describe()} but are taken first",
         )
     parked = sum(1 for n in state.nodes.values() if n.power is not PowerState.ON)
     tail = f"; {parked} node(s) parked or waking" if parked else ""
     if soonest is None:
-        return PendingReason("capacity", f"waiting for {req.describe()}; {ahead}{tail}")
+        return PendingReason(
+            PendingCategory.CAPACITY, f"waiting for {req.describe()}; {ahead}{tail}"
+        )
     end, node_id, blocker = soonest
     return PendingReason(
-        "capacity",
+        PendingCategory.CAPACITY,
         f"waiting for {req.describe()} on one node; {node_id} frees up after job {blocker} "
         f"ends at ~t={end:.0f}s; {ahead}{tail}",
         (blocker,),

@@ -39,7 +39,22 @@ from gpusched.core.reasons import explain
 from gpusched.core.reservations import Reservation, ReservationPlanner
 from gpusched.core.runtime import RuntimePredictor
 
-__all__ = ["CycleResult", "Scheduler"]
+__all__ = ["CycleResult", "RecordedJob", "Scheduler"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedJob:
+    """A job as a record of events knows it, to rebuild a scheduler from (``restore``).
+
+    ``ended_at`` set: it ended after ``executed_s`` of running (what the run-time predictor
+    and fair share learn from). Else it is live: pending, or running on ``allocations``
+    since ``started_at``.
+    """
+
+    job: Job
+    allocations: tuple[Allocation, ...] = ()
+    started_at: float | None = None
+    ended_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -91,6 +106,37 @@ class Scheduler:
         self._dirty = True
         self._charged_at: dict[str, float] = {}
         policy.bind(self)
+
+    @classmethod
+    def restore(
+        cls,
+        nodes: Iterable[NodeSpec],
+        policy: Policy,
+        placement: Placement,
+        params: Params,
+        records: Iterable[RecordedJob],
+        now: float,
+    ) -> tuple[Scheduler, dict[str, str]]:
+        """A scheduler as of ``now`` from a record of jobs (the processor's tables): ended
+        jobs, in the order they ended, teach the run-time predictor and charge fair share;
+        live ones are submitted in submit order and running ones started where they run.
+        Returns it and, by job id, why a running job could not be put where it runs."""
+        scheduler = cls(nodes, policy, placement, params)
+        ended = sorted((r for r in records if r.ended_at is not None), key=_ended_at)
+        live = sorted((r for r in records if r.ended_at is None), key=_submitted)
+        for r in ended:
+            scheduler.predictor.observe(r.job, r.job.executed_s)
+            scheduler.fairshare.charge(r.job.tenant, r.job.attained_gpu_s, now)
+        misplaced: dict[str, str] = {}
+        for r in live:
+            scheduler.submit(r.job, r.job.submit_time)
+            if r.started_at is None:
+                continue
+            try:
+                scheduler.assume(r.job.job_id, r.allocations, r.started_at)
+            except (InvalidDecision, KeyError) as exc:
+                misplaced[r.job.job_id] = str(exc)
+        return scheduler, misplaced
 
     # -- what happened ------------------------------------------------------------------
     def submit(self, job: Job, now: float) -> None:
@@ -152,9 +198,32 @@ class Scheduler:
         self._dirty = True
         return job
 
+    def revert(self, decision: Decision, now: float) -> None:
+        """Undo a decision of the last cycle that the cluster refused. A placed job waits
+        again where it was in the queue (not a preemption: it never ran); a parked or
+        woken node keeps the power it had. A refused preemption needs nothing: the
+        cluster's events say whether the job still runs."""
+        if isinstance(decision, Place) and decision.job_id in self.running:
+            job = self.running.pop(decision.job_id)
+            first = job.first_start == job.run_start and job.preemptions == 0
+            self._stop(job, now)
+            job.state = JobState.PENDING
+            if first:
+                job.first_start = None
+            self.queue.push(job, self.policy.key(job, self.ref_time))
+        elif isinstance(decision, ParkNode):
+            self.state.set_power(decision.node_id, PowerState.ON)
+            self.idle_since.setdefault(decision.node_id, now)
+        elif isinstance(decision, WakeNode):
+            self.state.set_power(decision.node_id, PowerState.PARKED)
+        self._dirty = True
+
     # -- the cycle ----------------------------------------------------------------------
-    def cycle(self, now: float, explain_pending: bool = False) -> CycleResult:
-        """One scheduling cycle at time ``now``.
+    def cycle(
+        self, now: float, explain_pending: bool = False, excluded: Iterable[str] = ()
+    ) -> CycleResult:
+        """One scheduling cycle at time ``now``; no new work goes to ``excluded`` nodes
+        (unhealthy ones: what runs there stays).
 
         1. refresh: re-key the queue when priorities have moved (timer);
         2. admit: walk pending jobs in priority order; place what fits; for the first
@@ -171,7 +240,12 @@ class Scheduler:
             self._dirty = True
         # 2. admit
         if self._dirty and len(self.queue):
-            self._admit(now, result.decisions)
+            excluded = list(excluded)
+            self.state.hide(excluded)
+            try:
+                self._admit(now, result.decisions)
+            finally:
+                self.state.unhide(excluded)
         self._dirty = False
         # 3. power
         for decision in self.policy.power(now):
@@ -388,3 +462,11 @@ class Scheduler:
             job_id: explain(self, self.jobs[job_id], position, now)
             for position, job_id in enumerate(self.queue.ids())
         }
+
+
+def _ended_at(record: RecordedJob) -> float:
+    return record.ended_at or 0.0
+
+
+def _submitted(record: RecordedJob) -> float:
+    return record.job.submit_time

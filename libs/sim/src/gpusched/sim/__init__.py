@@ -4,7 +4,7 @@ from gpusched.sim.engine import JobOutcome, RunResult, Simulation
 from gpusched.sim.errors import SimError, TraceError
 from gpusched.sim.metrics import jain, percentile, summarize
 from gpusched.sim.replay import EXPERIMENTS, replay
-from gpusched.sim.traces import TraceJob, load_cluster, load_jobs
+from gpusched.sim.traces import TraceJob, load_cluster, load_jobs, traces_dir
 
 __all__ = [
     "EXPERIMENTS",
@@ -20,4 +20,5 @@ __all__ = [
     "percentile",
     "replay",
     "summarize",
+    "traces_dir",
 ]

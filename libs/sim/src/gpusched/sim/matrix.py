@@ -25,7 +25,7 @@ from gpusched.core import Params
 from gpusched.core.policies import policy_names
 from gpusched.sim.errors import SimError
 from gpusched.sim.replay import EXPERIMENTS, replay
-from gpusched.sim.traces import load_jobs
+from gpusched.sim.traces import load_jobs, traces_dir
 
 __all__ = [
     "REFERENCES",
@@ -119,9 +119,7 @@ def load_matrix(path: Path) -> tuple[Matrix, Path]:
         raise SimError(f"{path}: cannot read: {exc.strerror}") from exc
     except (yaml.YAMLError, ValidationError) as exc:
         raise SimError(f"{path}: not a valid scenario matrix: {exc}") from exc
-    env = os.environ.get("GPUSCHED_TRACES_DIR")
-    traces = Path(env) if env else (path.parent / matrix.traces).resolve()
-    return matrix, traces
+    return matrix, traces_dir((path.parent / matrix.traces).resolve())
 
 
 def _trace_path(traces: Path, name: str) -> Path:

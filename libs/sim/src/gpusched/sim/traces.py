@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpusched.core import Job, NodeSpec, Request
 from gpusched.sim.errors import TraceError
 
-__all__ = ["JOB_COLUMNS", "NODE_COLUMNS", "TraceJob", "load_cluster", "load_jobs", "trace_name"]
+__all__ = [
+    "JOB_COLUMNS",
+    "NODE_COLUMNS",
+    "TraceJob",
+    "load_cluster",
+    "load_jobs",
+    "trace_name",
+    "traces_dir",
+]
 
 JOB_COLUMNS = (
     "job_id",
@@ -30,6 +39,22 @@ JOB_COLUMNS = (
 )
 NODE_COLUMNS = ("node_id", "gpu_type", "num_gpu", "cpu_milli", "memory_mib")
 _UNLIMITED = 10**12  # a trace without CPU/memory figures does not constrain them
+
+
+def traces_dir(default: Path | None = None) -> Path:
+    """Where the trace files are: ``GPUSCHED_TRACES_DIR`` if set, else ``default``, else
+    the first ``shared/traces`` beside the working directory or one of its parents (the
+    development layout: ``../shared/traces`` next to the checkout)."""
+    env = os.environ.get("GPUSCHED_TRACES_DIR")
+    if env:
+        return Path(env)
+    if default is not None:
+        return default
+    cwd = Path.cwd().resolve()
+    for folder in (cwd, *cwd.parents):
+        if (folder / "shared" / "traces").is_dir():
+            return folder / "shared" / "traces"
+    return cwd.parent / "shared" / "traces"
 
 
 @dataclass(frozen=True, slots=True)

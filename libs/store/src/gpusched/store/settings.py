@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from pydantic import Field
@@ -11,9 +12,10 @@ __all__ = ["StoreSettings", "checkout_root"]
 
 
 def checkout_root() -> Path:
-    """The gpusched checkout this package runs from (else the working directory)."""
+    """The gpusched checkout this package runs from; the working directory for an installed
+    wheel (state then lives in ./var unless settings say otherwise)."""
     for parent in Path(__file__).resolve().parents:
-        if (parent / "infra" / "clickhouse" / "migrations").is_dir():
+        if (parent / "uv.lock").is_file() and (parent / "libs" / "store").is_dir():
             return parent
     return Path.cwd()
 
@@ -23,7 +25,7 @@ def _default_dsn() -> str:
 
 
 def _default_migrations() -> Path:
-    return checkout_root() / "infra" / "clickhouse" / "migrations"
+    return Path(str(resources.files("gpusched.store") / "schema"))
 
 
 class StoreSettings(BaseSettings):
@@ -45,5 +47,5 @@ class StoreSettings(BaseSettings):
     migrations_dir: Path = Field(
         default_factory=_default_migrations,
         description="folder of versioned NNNN_name.sql migrations "
-        "(default <checkout>/infra/clickhouse/migrations)",
+        "(default: the schema/ folder shipped in the gpusched.store package)",
     )

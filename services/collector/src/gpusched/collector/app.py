@@ -8,6 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from gpusched.collector.errors import NoGpuSource
 from gpusched.collector.nvml import NvmlSource
@@ -20,7 +21,14 @@ from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.topics import JOBS, TELEMETRY
 from gpusched.sim import load_cluster
 
-__all__ = ["CollectorStats", "build_source", "run_collector"]
+__all__ = [
+    "Clock",
+    "CollectorStats",
+    "SimulatedClock",
+    "WallClock",
+    "build_source",
+    "run_collector",
+]
 
 log = logging.getLogger(__name__)
 
@@ -38,20 +46,62 @@ class CollectorStats:
     buffered: int
 
 
-def build_source(settings: CollectorSettings, occupancy: Occupancy) -> NvmlSource | SimulatedSource:
-    """The configured GPU source; NoGpuSource says what is missing."""
+class Clock(Protocol):
+    """When round ``n`` of a run that started at ``start`` is stamped, and when (seconds
+    after the start) it is due."""
+
+    def stamp(self, start: datetime, n: int) -> datetime: ...
+
+    def due_s(self, n: int) -> float: ...
+
+
+@dataclass(frozen=True)
+class WallClock:
+    """Real GPUs: samples carry the time they are read; rounds are interval_s apart."""
+
+    interval_s: float
+
+    def stamp(self, start: datetime, n: int) -> datetime:
+        return datetime.now(UTC)
+
+    def due_s(self, n: int) -> float:
+        return n * self.interval_s
+
+
+@dataclass(frozen=True)
+class SimulatedClock:
+    """Simulated GPUs: rounds are interval_s apart in sample time from the start, and
+    ``speed`` times closer together on the wall clock."""
+
+    interval_s: float
+    speed: float
+
+    def stamp(self, start: datetime, n: int) -> datetime:
+        return start + timedelta(seconds=n * self.interval_s)
+
+    def due_s(self, n: int) -> float:
+        return n * self.interval_s / self.speed
+
+
+def build_source(
+    settings: CollectorSettings, occupancy: Occupancy
+) -> tuple[NvmlSource | SimulatedSource, Clock]:
+    """The configured GPU source and its clock; NoGpuSource says what is missing."""
+    interval = settings.collector_interval_s
     if settings.collector_source == "simulated":
         if settings.collector_cluster is None:
             raise NoGpuSource(
                 "GPUSCHED_COLLECTOR_SOURCE=simulated needs GPUSCHED_COLLECTOR_CLUSTER=<cluster.csv>"
             )
-        return SimulatedSource(
+        source = SimulatedSource(
             load_cluster(settings.collector_cluster),
             occupancy,
-            settings.collector_interval_s,
+            interval,
             seed=settings.collector_seed,
         )
-    return NvmlSource(occupancy, settings.collector_interval_s, settings.collector_node_id)
+        return source, SimulatedClock(interval, settings.collector_speed)
+    nvml = NvmlSource(occupancy, interval, settings.collector_node_id)
+    return nvml, WallClock(interval)
 
 
 async def run_collector(
@@ -60,7 +110,7 @@ async def run_collector(
     """Sample until ``stop`` is set or ``collector_rounds`` are done; return what happened."""
     stop = stop or asyncio.Event()
     occupancy = Occupancy()
-    source = build_source(settings, occupancy)
+    source, clock = build_source(settings, occupancy)
     prefix, bootstrap = settings.topic_prefix, settings.kafka_bootstrap_servers
     publisher = TelemetryPublisher(
         bootstrap, TELEMETRY.name(prefix), settings.collector_buffer_samples
@@ -73,18 +123,18 @@ async def run_collector(
         await asyncio.wait_for(caught_up.wait(), _CATCH_UP_S)
     except TimeoutError:
         log.warning("jobs topic not read within %.0f s; GPUs read idle until it is", _CATCH_UP_S)
-    interval, speed = settings.collector_interval_s, settings.collector_speed
-    simulated = isinstance(source, SimulatedSource)
     start, wall0 = datetime.now(UTC), time.monotonic()
-    log.info("collecting %d %s GPUs every %.3g s", source.gpu_count, source.source, interval)
+    log.info(
+        "collecting %d %s GPUs every %.3g s",
+        *(source.gpu_count, source.source, settings.collector_interval_s),
+    )
     rounds = 0
     try:
         while not stop.is_set() and rounds != settings.collector_rounds:
-            now = start + timedelta(seconds=rounds * interval) if simulated else datetime.now(UTC)
-            publisher.offer(source.read(now))
+            publisher.offer(source.read(clock.stamp(start, rounds)))
             await publisher.drain()
             rounds += 1
-            delay = wall0 + rounds * interval / (speed if simulated else 1.0) - time.monotonic()
+            delay = wall0 + clock.due_s(rounds) - time.monotonic()
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)

@@ -1,7 +1,7 @@
 """gpusched.dispatcher: the core's scheduling cycle on a live cluster, through one Backend
 Protocol (a simulated cluster, Slurm, Kubernetes)."""
 
-from gpusched.dispatcher.app import Dispatcher, DispatcherStats, run_dispatcher
+from gpusched.dispatcher.app import run_dispatcher
 from gpusched.dispatcher.backend import (
     AlreadyPlaced,
     Backend,
@@ -9,13 +9,16 @@ from gpusched.dispatcher.backend import (
     BackendEvent,
     BackendJob,
     BackendNode,
+    JobArrived,
+    JobStep,
+    NodePower,
     NotPlaceable,
     PolledLog,
 )
+from gpusched.dispatcher.dispatcher import Dispatcher, DispatcherStats
 from gpusched.dispatcher.kubernetes_backend import KubernetesBackend
-from gpusched.dispatcher.settings import DispatcherSettings, SimClusterSettings
+from gpusched.dispatcher.settings import DispatcherSettings
 from gpusched.dispatcher.sim_backend import SimBackend
-from gpusched.dispatcher.simcluster import SimCluster, simcluster_app, trace_durations
 from gpusched.dispatcher.slurm_backend import SlurmBackend
 
 __all__ = [
@@ -28,14 +31,13 @@ __all__ = [
     "Dispatcher",
     "DispatcherSettings",
     "DispatcherStats",
+    "JobArrived",
+    "JobStep",
     "KubernetesBackend",
+    "NodePower",
     "NotPlaceable",
     "PolledLog",
     "SimBackend",
-    "SimCluster",
-    "SimClusterSettings",
     "SlurmBackend",
     "run_dispatcher",
-    "simcluster_app",
-    "trace_durations",
 ]

@@ -1,7 +1,8 @@
 """One Protocol for every cluster backend (simulated, Slurm, Kubernetes).
 
 A backend carries out decisions and reports what happens on the cluster as an ordered
-stream of ``BackendEvent`` with increasing sequence numbers. The dispatcher writes every
+stream of events (``JobStep``, ``NodePower``, ``JobArrived``) with increasing sequence
+numbers. The dispatcher writes every
 job event to the jobs topic with an event id made from the backend's ``log_id`` and the
 sequence number, so after a restart it resumes the stream right after the last event it
 recorded, and a re-sent event is the same event (the sink keeps one).
@@ -27,6 +28,9 @@ __all__ = [
     "BackendEvent",
     "BackendJob",
     "BackendNode",
+    "JobArrived",
+    "JobStep",
+    "NodePower",
     "NotPlaceable",
     "PolledLog",
 ]
@@ -65,23 +69,44 @@ class BackendJob:
 
 
 @dataclass(frozen=True, slots=True)
-class BackendEvent:
-    """Something that happened on the cluster: a job's lifecycle step or a node's power."""
+class JobStep:
+    """A job's lifecycle step on the cluster (placed, running, preempted, finished, ...)."""
 
     seq: int
     ts: float
-    job_id: str | None = None
-    type: JobEventType | None = None
+    job_id: str
+    type: JobEventType
     node_ids: tuple[str, ...] = ()
     gpu_indices: tuple[tuple[int, ...], ...] = ()
     decision_id: str | None = None
     reason: str | None = None
-    node_id: str | None = None
-    power: PowerState | None = None
-    # on 'submitted' only: a job that arrived through the cluster (a Kubernetes pod)
-    request: Request | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodePower:
+    """A node's power state changed (parked, waking, on)."""
+
+    seq: int
+    ts: float
+    node_id: str
+    power: PowerState
+    decision_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobArrived:
+    """A job submitted through the cluster itself (a Kubernetes pod for our scheduler)."""
+
+    seq: int
+    ts: float
+    job_id: str
+    request: Request
     tenant: str = "default"
     priority_class: str = "normal"
+
+
+BackendEvent = JobStep | NodePower | JobArrived
+"""One entry of a backend's event log."""
 
 
 class Backend(Protocol):
@@ -144,8 +169,9 @@ class PolledLog:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
-    def append(self, **fields: Any) -> None:
-        self.events.append(BackendEvent(seq=len(self.events) + 1, ts=time.time(), **fields))
+    def append(self, kind: type[JobStep | NodePower | JobArrived], **fields: Any) -> None:
+        """Log a ``kind`` event with the next sequence number, stamped now."""
+        self.events.append(kind(seq=len(self.events) + 1, ts=time.time(), **fields))
         self._changed.set()
 
     def start(self) -> None:

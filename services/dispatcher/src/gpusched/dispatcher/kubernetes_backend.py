@@ -33,6 +33,9 @@ from gpusched.dispatcher.backend import (
     BackendEvent,
     BackendJob,
     BackendNode,
+    JobArrived,
+    JobStep,
+    NodePower,
     NotPlaceable,
     PolledLog,
 )
@@ -193,7 +196,9 @@ class KubernetesBackend:
             self._requeueing.discard(job_id)
             raise NotPlaceable(f"evicting {job_id}: {exc.status} {exc.reason}") from exc
         await self._recreate(pod)
-        self._log.append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision_id)
+        self._log.append(
+            JobStep, job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision_id
+        )
         self._seen[job_id] = "pending"
 
     async def _recreate(self, pod: Any) -> None:
@@ -241,12 +246,16 @@ class KubernetesBackend:
         if any(p.spec.node_name == node_id for p in active):
             raise NotPlaceable(f"node {node_id} runs pods; it cannot be parked")
         await self.core.patch_node(node_id, {"spec": {"unschedulable": True}})
-        self._log.append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
+        self._log.append(
+            NodePower, node_id=node_id, power=PowerState.PARKED, decision_id=decision_id
+        )
 
     async def wake(self, node_id: str, decision_id: str) -> None:
         await self.core.patch_node(node_id, {"spec": {"unschedulable": False}})
-        self._log.append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
-        self._log.append(node_id=node_id, power=PowerState.ON)
+        self._log.append(
+            NodePower, node_id=node_id, power=PowerState.WAKING, decision_id=decision_id
+        )
+        self._log.append(NodePower, node_id=node_id, power=PowerState.ON)
 
     def events(self, after: int) -> AsyncIterator[BackendEvent]:
         return self._log.after(after)
@@ -274,8 +283,8 @@ class KubernetesBackend:
             if before is None:
                 labels = pod.metadata.labels or {}
                 self._log.append(
+                    JobArrived,
                     job_id=job_id,
-                    type=JobEventType.SUBMITTED,
                     request=pod_request(pod),
                     tenant=labels.get("gpusched.io/tenant", pod.metadata.namespace),
                     priority_class=labels.get("gpusched.io/priority-class")
@@ -286,20 +295,22 @@ class KubernetesBackend:
             where = {"node_ids": (pod.spec.node_name,), "gpu_indices": (_indices(pod),)}
             if state in ("bound", "running") and before in (None, "pending"):
                 self._log.append(
-                    job_id=job_id, type=JobEventType.PLACED, decision_id=decision, **where
+                    JobStep, job_id=job_id, type=JobEventType.PLACED, decision_id=decision, **where
                 )
             if state == "running":
                 self._log.append(
-                    job_id=job_id, type=JobEventType.RUNNING, decision_id=decision, **where
+                    JobStep, job_id=job_id, type=JobEventType.RUNNING, decision_id=decision, **where
                 )
             elif state in ("succeeded", "failed"):
                 kind = JobEventType.FINISHED if state == "succeeded" else JobEventType.FAILED
-                self._log.append(job_id=job_id, type=kind)
+                self._log.append(JobStep, job_id=job_id, type=kind)
         for job_id, state in list(self._seen.items()):
             gone = job_id not in present and job_id not in self._requeueing
             if gone and state not in ("succeeded", "failed", "gone"):
                 self._seen[job_id] = "gone"
-                self._log.append(job_id=job_id, type=JobEventType.CANCELLED, reason="pod deleted")
+                self._log.append(
+                    JobStep, job_id=job_id, type=JobEventType.CANCELLED, reason="pod deleted"
+                )
 
 
 def _state(pod: Any) -> str:

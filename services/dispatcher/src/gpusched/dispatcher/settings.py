@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 from pydantic_settings import SettingsConfigDict
 
 from gpusched.contracts import KafkaSettings
+from gpusched.core import live_policy, placement_name
 
-__all__ = ["DispatcherSettings", "SimClusterSettings"]
+__all__ = ["DispatcherSettings"]
 
 
 class DispatcherSettings(KafkaSettings):
@@ -45,32 +45,15 @@ class DispatcherSettings(KafkaSettings):
     dispatcher_kube_scheduler_name: str = Field(
         default="gpusched", description="pods naming this schedulerName are ours"
     )
-    dispatcher_policy: str = Field(default="dynamic", description="scheduling policy (core)")
-    dispatcher_placement: str = Field(default="bestfit", description="placement strategy")
+    dispatcher_policy: Annotated[str, AfterValidator(live_policy)] = Field(
+        default="dynamic", description="scheduling policy (core; NAME+powersave accepted)"
+    )
+    dispatcher_placement: Annotated[str, AfterValidator(placement_name)] = Field(
+        default="bestfit", description="placement strategy: spread, bestfit, fgd"
+    )
     dispatcher_tick_s: float = Field(
         default=5.0, gt=0, description="longest time between two scheduling cycles"
     )
     dispatcher_min_cycle_s: float = Field(
         default=0.05, ge=0, description="shortest time between two cycles (batches bursts)"
     )
-
-
-class SimClusterSettings(KafkaSettings):
-    """The simulated cluster behind the ``sim`` backend."""
-
-    model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
-
-    simcluster_cluster: Path | None = Field(
-        default=None, description="*.cluster.csv of the simulated nodes"
-    )
-    simcluster_trace: Path | None = Field(
-        default=None, description="*.jobs.csv whose durations jobs of the same id run for"
-    )
-    simcluster_speed: float = Field(
-        default=1.0, gt=0, description="run times and wake latency are divided by this"
-    )
-    simcluster_default_duration_s: float = Field(
-        default=60.0, gt=0, description="run time of a job not in the trace (before speed-up)"
-    )
-    simcluster_host: str = Field(default="127.0.0.1", description="listen address")
-    simcluster_port: int = Field(default=18200, ge=1, le=65535, description="listen port")

@@ -15,6 +15,8 @@ from gpusched.dispatcher.backend import (
     BackendEvent,
     BackendJob,
     BackendNode,
+    JobStep,
+    NodePower,
     NotPlaceable,
 )
 
@@ -100,20 +102,24 @@ class SimBackend:
                 "GET", "/events", params={"after": after, "timeout_s": self.poll_s}
             )
             for e in batch:
-                event = BackendEvent(
-                    seq=e["seq"],
-                    ts=e["ts"],
-                    job_id=e["job_id"],
-                    type=JobEventType(e["type"]) if e["type"] else None,
-                    node_ids=tuple(e["node_ids"]),
-                    gpu_indices=tuple(tuple(i) for i in e["gpu_indices"]),
-                    decision_id=e["decision_id"],
-                    reason=e["reason"],
-                    node_id=e["node_id"],
-                    power=PowerState(e["power"]) if e["power"] else None,
-                )
-                after = event.seq
-                yield event
+                yield _event(e)
+                after = e["seq"]
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+def _event(e: dict[str, Any]) -> BackendEvent:
+    """An entry of the simulated cluster's log (its ``ClusterEvent`` JSON)."""
+    if e["kind"] == "node":
+        return NodePower(e["seq"], e["ts"], e["node_id"], PowerState(e["power"]), e["decision_id"])
+    return JobStep(
+        e["seq"],
+        e["ts"],
+        e["job_id"],
+        JobEventType(e["type"]),
+        tuple(e["node_ids"]),
+        tuple(tuple(i) for i in e["gpu_indices"]),
+        e["decision_id"],
+        e["reason"],
+    )

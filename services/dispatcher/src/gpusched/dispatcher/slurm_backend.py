@@ -35,6 +35,8 @@ from gpusched.dispatcher.backend import (
     BackendEvent,
     BackendJob,
     BackendNode,
+    JobStep,
+    NodePower,
     NotPlaceable,
     PolledLog,
 )
@@ -251,12 +253,16 @@ class SlurmBackend:
         await self._cli(
             "scontrol", "update", f"NodeName={node_id}", "State=DRAIN", "Reason=gpusched-park"
         )
-        self._log.append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
+        self._log.append(
+            NodePower, node_id=node_id, power=PowerState.PARKED, decision_id=decision_id
+        )
 
     async def wake(self, node_id: str, decision_id: str) -> None:
         await self._cli("scontrol", "update", f"NodeName={node_id}", "State=RESUME")
-        self._log.append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
-        self._log.append(node_id=node_id, power=PowerState.ON)  # no power-on delay here
+        self._log.append(
+            NodePower, node_id=node_id, power=PowerState.WAKING, decision_id=decision_id
+        )
+        self._log.append(NodePower, node_id=node_id, power=PowerState.ON)  # no power-on delay here
 
     def events(self, after: int) -> AsyncIterator[BackendEvent]:
         return self._log.after(after)
@@ -284,13 +290,15 @@ class SlurmBackend:
             nodes = tuple(expand_hostlist(j["nodes"]))
             idx = tuple(gres_indices(d) for d in j.get("gres_detail", []))
             where = {"node_ids": nodes, "gpu_indices": idx, "decision_id": decision}
-            self._log.append(job_id=job_id, type=JobEventType.PLACED, **where)
-            self._log.append(job_id=job_id, type=JobEventType.RUNNING, **where)
+            self._log.append(JobStep, job_id=job_id, type=JobEventType.PLACED, **where)
+            self._log.append(JobStep, job_id=job_id, type=JobEventType.RUNNING, **where)
         elif state == "PENDING" and job_id in self._running:
             # requeued (through REQUEUE_HOLD / COMPLETING on the way, polls may see either)
-            self._log.append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision)
+            self._log.append(
+                JobStep, job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision
+            )
         if state != "RUNNING" and state not in ("COMPLETING", "REQUEUE_HOLD", "REQUEUED"):
             self._running.discard(job_id)
         if state in _ENDS:  # also when first seen ended: it ended between two polls
             reason = str(j.get("state_reason") or "") or None
-            self._log.append(job_id=job_id, type=_ENDS[state], reason=reason)
+            self._log.append(JobStep, job_id=job_id, type=_ENDS[state], reason=reason)

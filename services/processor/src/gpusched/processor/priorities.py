@@ -15,14 +15,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gpusched.contracts import PriorityUpdate
+from gpusched.contracts.convert import core_job
 from gpusched.core import (
-    Allocation,
-    InvalidDecision,
-    Job,
     NodeSpec,
     Params,
-    Request,
+    RecordedJob,
     Scheduler,
+    held_on,
     make_placement,
     make_policy,
 )
@@ -41,30 +40,22 @@ class PriorityResult:
     allocated: dict[str, float] = field(default_factory=dict)  # node id -> GPUs in use
 
 
-def _job(record: JobRecord) -> Job:
-    return Job(
-        job_id=record.job_id,
-        request=Request(
-            num_gpu=record.num_gpu,
-            gpu_models=frozenset(record.gpu_models),
-            cpu_milli=record.cpu_milli,
-            memory_mib=record.memory_mib,
-        ),
-        submit_time=record.submit_ts,
-        tenant=record.tenant,
-        qos=record.priority_class,
-        executed_s=record.executed_s,
-        attained_gpu_s=record.executed_s * record.num_gpu,
-        preemptions=record.preemptions,
+def _recorded(record: JobRecord, now: float) -> RecordedJob:
+    job = core_job(
+        record.job_id,
+        record.request,
+        record.submit_ts,
+        record.tenant,
+        record.priority_class,
+        record.executed_s,
+        record.preemptions,
     )
-
-
-def _allocations(record: JobRecord) -> tuple[Allocation, ...]:
-    share = record.num_gpu if 0 < record.num_gpu < 1 else 1.0
-    return tuple(
-        Allocation(node_id, tuple(indices), share, 0, 0)
-        for node_id, indices in zip(record.node_ids, record.gpu_indices, strict=False)
-    )
+    if record.state == "ended":
+        return RecordedJob(job, ended_at=record.end_ts or 0.0)
+    if record.state == "running":
+        where = held_on(job.request, record.node_ids, record.gpu_indices)
+        return RecordedJob(job, where, started_at=record.run_start or now)
+    return RecordedJob(job)
 
 
 def compute_priorities(
@@ -77,24 +68,17 @@ def compute_priorities(
 ) -> PriorityResult:
     """A PriorityUpdate for every pending and running job at ``now``."""
     specs = [NodeSpec(n.node_id, n.gpu_model, len(n.gpus), _UNLIMITED, _UNLIMITED) for n in nodes]
-    scheduler = Scheduler(specs, make_policy(policy), make_placement("bestfit"), params)
-    ended: list[JobRecord] = []
-    live: list[JobRecord] = []
-    for record in records:
-        (ended if record.state == "ended" else live).append(record)
-    for record in sorted(ended, key=lambda r: r.end_ts or 0.0):
-        job = _job(record)
-        scheduler.predictor.observe(job, record.executed_s)
-        scheduler.fairshare.charge(record.tenant, record.executed_s * record.num_gpu, now)
-    running: list[str] = []
-    for record in sorted(live, key=lambda r: r.submit_ts):
-        scheduler.submit(_job(record), record.submit_ts)
-        if record.state == "running":
-            try:
-                scheduler.assume(record.job_id, _allocations(record), record.run_start or now)
-                running.append(record.job_id)
-            except (InvalidDecision, KeyError) as exc:
-                log.warning("job %s runs where the view has no room: %s", record.job_id, exc)
+    scheduler, misplaced = Scheduler.restore(
+        specs,
+        make_policy(policy),
+        make_placement("bestfit"),
+        params,
+        [_recorded(r, now) for r in records],
+        now,
+    )
+    for job_id, why in misplaced.items():
+        log.warning("job %s runs where the view has no room: %s", job_id, why)
+    running = list(scheduler.running)
     pending = scheduler.explain_all(now)
     stamp = datetime.fromtimestamp(now, UTC)
     result = PriorityResult()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusched.contracts import GpuTelemetrySample, JobEvent, JobEventType
+from gpusched.contracts import GpuTelemetrySample, JobEvent, JobEventType, JobRequest
 
 __all__ = ["GpuReading", "JobRecord", "NodeRecord", "fold_job"]
 
@@ -21,10 +21,7 @@ class JobRecord(BaseModel):
     job_id: str
     tenant: str
     priority_class: str
-    num_gpu: float
-    gpu_models: tuple[str, ...] = ()
-    cpu_milli: int = 0
-    memory_mib: int = 0
+    request: JobRequest
     submit_ts: float
     state: str = "pending"  # pending | running | ended
     run_start: float | None = None
@@ -42,16 +39,12 @@ def fold_job(record: JobRecord | None, event: JobEvent) -> JobRecord | None:
     if event.type is JobEventType.SUBMITTED:
         if record is not None:
             return record  # a replayed submission changes nothing
-        request = event.request
-        assert request is not None  # the contract requires it on 'submitted'
+        assert event.request is not None  # the contract requires it on 'submitted'
         return JobRecord(
             job_id=event.job_id,
             tenant=event.tenant,
             priority_class=event.priority_class,
-            num_gpu=request.num_gpu,
-            gpu_models=request.gpu_models,
-            cpu_milli=request.cpu_milli,
-            memory_mib=request.memory_mib,
+            request=event.request,
             submit_ts=ts,
             last_event_ts=ts,
         )

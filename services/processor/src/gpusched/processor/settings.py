@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 from pydantic_settings import SettingsConfigDict
 
 from gpusched.contracts import KafkaSettings
-from gpusched.core import POLICIES
+from gpusched.core import live_policy
 
 __all__ = ["ProcessorSettings"]
 
@@ -27,7 +28,7 @@ class ProcessorSettings(KafkaSettings):
         description="Faust app id (consumer group, changelog topic names); the topic prefix "
         "is put in front",
     )
-    processor_policy: str = Field(
+    processor_policy: Annotated[str, AfterValidator(live_policy)] = Field(
         default="dynamic", description="policy whose priorities it publishes"
     )
     processor_priority_interval_s: float = Field(
@@ -47,11 +48,3 @@ class ProcessorSettings(KafkaSettings):
     processor_data_dir: Path = Field(
         default_factory=_default_data_dir, description="Faust's data directory"
     )
-
-    @field_validator("processor_policy")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        if value not in POLICIES or value == "srpt-oracle":
-            accepted = ", ".join(p for p in sorted(POLICIES) if p != "srpt-oracle")
-            raise ValueError(f"unknown policy {value!r}; accepted: {accepted}")
-        return value

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import TaskID
 from rich.table import Table
 
-from gpusched.api.progress import progress_bar
+from gpusched.cli.progress import progress_bar
 from gpusched.sim.matrix import SETS, load_matrix, run_matrix
 from gpusched.sim.targets import check_targets
 

@@ -10,12 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpusched.api.feed import feed
-from gpusched.api.forecast_command import forecast_app
-from gpusched.api.matrix_command import run_matrix_command
-from gpusched.api.platform import up
-from gpusched.api.progress import progress_bar
-from gpusched.api.service_commands import (
+from gpusched.cli.feed import feed
+from gpusched.cli.forecast import forecast_app
+from gpusched.cli.matrix import run_matrix_command
+from gpusched.cli.platform import up
+from gpusched.cli.progress import progress_bar
+from gpusched.cli.services import (
     api,
     collect,
     dispatch,
@@ -25,7 +25,7 @@ from gpusched.api.service_commands import (
     status,
     submit,
 )
-from gpusched.api.sql_command import sql
+from gpusched.cli.sql import sql
 from gpusched.core import CoreError
 from gpusched.forecaster import ForecastOutlook
 from gpusched.sim import SimError, replay

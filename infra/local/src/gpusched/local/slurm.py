@@ -6,7 +6,7 @@ Debian's packages (`slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin`) are instal
 munge key and socket, config, state, logs); ``down`` stops the daemons it started.
 Used by the Slurm backend's tests; notes in ../shared/notes/local-components.md.
 
-    python infra/slurm/local_slurm.py up DIR     # prints the environment to use it
+    python -m gpusched.local.slurm DIR     # prints the environment to use it
 """
 
 from __future__ import annotations
@@ -14,20 +14,19 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from gpusched.local.procs import Daemons, LocalError, apt_install, free_port, port_open
 
 __all__ = ["LocalSlurm", "SlurmError", "SlurmNode", "ensure_packages"]
 
 PACKAGES = ("slurm-wlm", "slurmrestd", "munge", "slurm-wlm-jwt-plugin")
 
 
-class SlurmError(RuntimeError):
+class SlurmError(LocalError):
     """Slurm could not be installed or started; the message says which part and why."""
 
 
@@ -42,32 +41,24 @@ class SlurmNode:
 
 def ensure_packages() -> None:
     """Install Debian's Slurm packages if a daemon is missing (idempotent; needs root)."""
-    if all(shutil.which(b) for b in ("slurmctld", "slurmd", "slurmrestd", "munged")):
-        return
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    if os.geteuid() != 0:
-        cmd = ["sudo", "-n", *cmd]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SlurmError(f"installing {' '.join(PACKAGES)} failed:\n{done.stderr[-2000:]}")
+    if not all(shutil.which(b) for b in ("slurmctld", "slurmd", "slurmrestd", "munged")):
+        apt_install(PACKAGES)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class LocalSlurm(Daemons):
+    """munged, slurmctld, a slurmd per node and slurmrestd, all under ``workdir``."""
 
+    stop_order = ("slurmrestd",)  # then the slurmds, slurmctld, munged (reverse start order)
+    log_suffix = ".out"  # the daemons' own logs (*.log) sit in the same folder
 
-@dataclass
-class LocalSlurm:
-    workdir: Path
-    nodes: list[SlurmNode]
-    pids: dict[str, int] = field(default_factory=dict)
-    ctld_port: int = field(default_factory=_free_port)
-    rest_port: int = field(default_factory=_free_port)
-    # one port per slurmd, each found free (ctld_port + k could belong to anyone)
-    node_ports: dict[str, int] = field(default_factory=dict)
+    def __init__(self, workdir: Path, nodes: list[SlurmNode]) -> None:
+        super().__init__(workdir / "log")
+        self.workdir = workdir
+        self.nodes = nodes
+        self.ctld_port = free_port()
+        self.rest_port = free_port()
+        # one port per slurmd, each found free (ctld_port + k could belong to anyone)
+        self.node_ports = {n.name: free_port() for n in nodes}
 
     @property
     def conf(self) -> Path:
@@ -126,10 +117,9 @@ class LocalSlurm:
         ]
         gres = ["AutoDetect=off"]
         for n in self.nodes:
-            port = self.node_ports.setdefault(n.name, _free_port())
             lines.append(
                 f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 "
-                f"Port={port} CPUs={n.cpus} RealMemory={n.memory_mib} "
+                f"Port={self.node_ports[n.name]} CPUs={n.cpus} RealMemory={n.memory_mib} "
                 f"Gres=gpu:{n.gpu_type}:{n.gpus} State=UNKNOWN"
             )
             dev = w / "dev" / n.name
@@ -145,13 +135,6 @@ class LocalSlurm:
         self.conf.write_text("\n".join(lines) + "\n")
         (w / "gres.conf").write_text("\n".join(gres) + "\n")
 
-    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
-        log = (self.workdir / "log" / f"{name}.out").open("ab")
-        proc = subprocess.Popen(
-            cmd, env=env or self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self.pids[name] = proc.pid
-
     def scontrol(self, *args: str) -> str:
         done = subprocess.run(
             ["scontrol", *args], env=self.env, capture_output=True, text=True, check=False
@@ -165,18 +148,13 @@ class LocalSlurm:
         return out.strip().split("=", 1)[1]
 
     def up(self, timeout_s: float = 60.0) -> None:
-        """Start every daemon; if one fails, stop those already started and raise."""
-        try:
-            self._start(timeout_s)
-        except BaseException:
-            self.down()  # a fixture whose set-up fails never reaches its tear-down
-            raise
+        super().up(timeout_s)
 
-    def _start(self, timeout_s: float = 60.0) -> None:
+    def _start(self, timeout_s: float) -> None:
         ensure_packages()
         self._write()
         w = self.workdir
-        self._spawn(
+        self.spawn(
             "munged",
             ["munged", "-F", "--key-file", str(w / "munge.key"),
              "--socket", str(w / "run" / "munge.socket"),
@@ -184,21 +162,23 @@ class LocalSlurm:
              "--log-file", str(w / "log" / "munged.log"),
              "--seed-file", str(w / "run" / "munged.seed"), "--force"],
         )  # fmt: skip
-        self._wait(lambda: (w / "run" / "munge.socket").exists(), "munged", timeout_s)
-        self._spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf)])
-        self._wait(lambda: self._ok("ping"), "slurmctld", timeout_s)
+        self.wait(lambda: (w / "run" / "munge.socket").exists(), "munged", timeout_s)
+        self.spawn("slurmctld", ["slurmctld", "-D", "-c", "-f", str(self.conf)], self.env)
+        self.wait(lambda: self._ok("ping"), "slurmctld", timeout_s)
         for n in self.nodes:
-            self._spawn(f"slurmd-{n.name}", ["slurmd", "-D", "-N", n.name, "-f", str(self.conf)])
-        self._wait(self._nodes_idle, "slurmd (all nodes idle)", timeout_s)
+            self.spawn(
+                f"slurmd-{n.name}", ["slurmd", "-D", "-N", n.name, "-f", str(self.conf)], self.env
+            )
+        self.wait(self._nodes_idle, "slurmd (all nodes idle)", timeout_s)
         rest_env = {**self.env, "SLURM_JWT": "daemon", "SLURMRESTD_SECURITY": "disable_user_check"}
-        self._spawn(
+        self.spawn(
             "slurmrestd",
             ["slurmrestd", "-f", str(self.conf), "-a", "rest_auth/jwt",
              "-s", "openapi/v0.0.36,openapi/v0.0.37,openapi/v0.0.38",
              f"127.0.0.1:{self.rest_port}"],
             rest_env,
         )  # fmt: skip
-        self._wait(lambda: _port_open(self.rest_port), "slurmrestd", timeout_s)
+        self.wait(lambda: port_open(self.rest_port), "slurmrestd", timeout_s)
 
     def _ok(self, *args: str) -> bool:
         try:
@@ -214,60 +194,9 @@ class LocalSlurm:
         states = [line.split()[1] for line in done.stdout.splitlines() if line.strip()]
         return len(states) == len(self.nodes) and all(s.startswith("idle") for s in states)
 
-    def _wait(self, check: object, what: str, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if check():  # type: ignore[operator]
-                return
-            for name, pid in self.pids.items():
-                if not _alive(pid):
-                    tail = self.log_tail()
-                    raise SlurmError(f"{name} exited while waiting for {what}:\n{tail}")
-            time.sleep(0.2)
-        raise SlurmError(f"{what} not ready within {timeout_s:.0f} s:\n{self.log_tail()}")
-
-    def log_tail(self) -> str:
-        parts = []
-        for log in sorted((self.workdir / "log").glob("*")):
-            text = log.read_text(errors="replace")[-800:]
-            parts.append(f"--- {log.name}\n{text}")
-        return "\n".join(parts)
-
-    def down(self) -> None:
-        """SIGTERM slurmrestd, the slurmds, slurmctld, munged; SIGKILL what lingers."""
-        order = ["slurmrestd", *[f"slurmd-{n.name}" for n in self.nodes], "slurmctld", "munged"]
-        for name in order:
-            pid = self.pids.get(name)
-            if pid and _alive(pid):
-                os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for name in order:
-            pid = self.pids.pop(name, None)
-            while pid and _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if pid and _alive(pid):
-                os.killpg(pid, signal.SIGKILL)  # a slurmd without its controller ignores TERM
-
-
-def _alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return waited == 0
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
 
 if __name__ == "__main__":
-    slurm = LocalSlurm(Path(sys.argv[2]), [SlurmNode(f"node{i}", 4) for i in range(1, 4)])
+    slurm = LocalSlurm(Path(sys.argv[1]), [SlurmNode(f"node{i}", 4) for i in range(1, 4)])
     slurm.up()
     print(f"export SLURM_CONF={slurm.conf}  # slurmrestd at {slurm.rest_url}")
     input("Slurm is up; Enter stops it ")

@@ -12,8 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpusched.api.progress import progress_bar
-from gpusched.api.service_commands import forecast
+from gpusched.cli.progress import progress_bar
+from gpusched.cli.services import forecast
 from gpusched.forecaster import ForecasterSettings, backtest, offered_demand
 from gpusched.forecaster.backtest import BACKTEST_MODELS
 from gpusched.forecaster.series import JobDemand

@@ -21,23 +21,22 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 from rich.console import Console
 
-from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status, publish
-from gpusched.api.rest import rest_app
-from gpusched.api.settings import ApiSettings
+from gpusched.api import (
+    ApiSettings,
+    InvalidJob,
+    SubmitJob,
+    cluster_models,
+    job_status,
+    publish,
+    rest_app,
+)
 from gpusched.collector import CollectorError, CollectorSettings, run_collector
 from gpusched.core import CoreError, make_policy
-from gpusched.dispatcher import (
-    BackendError,
-    DispatcherSettings,
-    SimCluster,
-    SimClusterSettings,
-    run_dispatcher,
-    simcluster_app,
-    trace_durations,
-)
+from gpusched.dispatcher import BackendError, DispatcherSettings, run_dispatcher
 from gpusched.forecaster import ForecasterSettings, run_forecaster
 from gpusched.processor import ProcessorSettings, run_worker
 from gpusched.sim import SimError, load_cluster
+from gpusched.simcluster import SimCluster, SimClusterSettings, simcluster_app, trace_durations
 from gpusched.sink import SinkSettings, run_sink
 from gpusched.store import StoreError, StoreSettings
 

@@ -15,7 +15,6 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,16 @@ import httpx
 import typer
 from rich.console import Console
 
-from gpusched.store import StoreSettings, checkout_root
+from gpusched.contracts.provision import ensure_topics
+from gpusched.local.kafka import LocalBroker
+from gpusched.local.procs import gpusched_executable, var_dir
+from gpusched.sim import traces_dir
+from gpusched.store import StoreSettings
 
 __all__ = ["up"]
 
 console = Console(stderr=True)
-GPUSCHED = Path(sys.executable).parent / "gpusched"
+GPUSCHED = gpusched_executable()
 
 
 @dataclass
@@ -128,28 +131,22 @@ def up(
 ) -> None:
     """Start the platform (broker, sink, processor, forecaster, simulated cluster,
     dispatcher, collector, API, trace feeder) and keep it up until Ctrl-C."""
-    root = checkout_root()
-    traces = root.parent / "shared" / "traces"
+    traces = traces_dir()
     cluster = cluster or traces / "openb.cluster.csv"
     feed_trace = (
         None if trace == "none" else Path(trace) if trace else traces / "openb_default.jobs.csv"
     )
-    run_dir = run_dir or root / "var" / "run"
+    run_dir = run_dir or var_dir() / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     broker = None
-    sys.path.insert(0, str(root / "infra" / "kafka"))
     if not env.get("KAFKA_BOOTSTRAP_SERVERS"):
-        from local_broker import LocalBroker
-
         broker = LocalBroker()
         console.print("starting the local Kafka broker ...")
         started = broker.up()
         env["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
         if not started:
             broker = None  # it was already running: leave it running
-    from local_broker import ensure_topics
-
     ensure_topics(env["KAFKA_BOOTSTRAP_SERVERS"], env.get("GPUSCHED_TOPIC_PREFIX", ""))
     store = StoreSettings()
     sql_url = env.setdefault("GPUSCHED_STORE_SQL_URL", store.sql_url)

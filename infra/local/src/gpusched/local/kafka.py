@@ -1,14 +1,15 @@
 """A real single-node Apache Kafka broker (KRaft) on 127.0.0.1, for development and tests.
 
-    python infra/kafka/local_broker.py up      # resolve jars, format, start, wait, create topics
-    python infra/kafka/local_broker.py down    # stop by PID (SIGTERM, then SIGKILL)
-    python infra/kafka/local_broker.py status
+    python -m gpusched.local.kafka up      # resolve jars, format, start, wait, create topics
+    python -m gpusched.local.kafka down    # stop by PID (SIGTERM, then SIGKILL)
+    python -m gpusched.local.kafka status
 
-The broker's jars come from Maven Central through ``mvn`` (infra/kafka/pom.xml) into the
-git-ignored ``.cache/kafka/libs`` once; later starts download nothing. State (data, PID,
-log, config) lives in ``var/kafka``. ``up`` on a running broker only ensures the topics; a
-PID file whose process is gone (``kill -9``) is removed and the broker restarted on the
-same data. Where ``KAFKA_BOOTSTRAP_SERVERS`` is set, that broker is used and none started.
+The broker's jars come from Maven Central through ``mvn`` (pom.xml, shipped beside this
+module) into the git-ignored ``.cache/kafka/libs`` once; later starts download nothing.
+State (data, PID, log, config) lives in ``var/kafka``. ``up`` on a running broker only
+ensures the topics; a PID file whose process is gone (``kill -9``) is removed and the
+broker restarted on the same data. Where ``KAFKA_BOOTSTRAP_SERVERS`` is set, that broker
+is used and none started.
 """
 
 from __future__ import annotations
@@ -16,119 +17,28 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
 
-import yaml
+from gpusched.contracts import ContractError
+from gpusched.contracts.provision import ensure_topics
+from gpusched.local.procs import LocalError, cache_dir, pid_alive, port_open, stop_pid, var_dir
 
-__all__ = [
-    "BrokerError",
-    "LocalBroker",
-    "TopicSpec",
-    "ensure_topics",
-    "external_bootstrap",
-    "load_topic_specs",
-]
+__all__ = ["BrokerError", "LocalBroker", "external_bootstrap"]
 
-REPO = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
 KAFKA_VERSION_MARKER = "4.1.1"  # keep in step with <kafka.version> in pom.xml
 
 
-class BrokerError(RuntimeError):
+class BrokerError(LocalError):
     """The local broker could not be prepared, started or stopped; the message says why."""
-
-
-@dataclass(frozen=True)
-class TopicSpec:
-    name: str
-    partitions: int
-    cleanup_policy: str
-    retention_ms: int
-
-    def configs(self) -> dict[str, str]:
-        return {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms)}
-
-
-def load_topic_specs(path: Path = HERE / "topics.yaml", prefix: str = "") -> list[TopicSpec]:
-    """Every topic of topics.yaml, and its dead-letter topic, under ``prefix``."""
-    doc: dict[str, Any] = yaml.safe_load(path.read_text())
-    dlq = doc["dlq"]
-    specs: list[TopicSpec] = []
-    for t in doc["topics"]:
-        specs.append(
-            TopicSpec(prefix + t["name"], t["partitions"], t["cleanup_policy"], t["retention_ms"])
-        )
-        specs.append(
-            TopicSpec(
-                prefix + t["name"] + ".dlq",
-                dlq["partitions"],
-                dlq["cleanup_policy"],
-                dlq["retention_ms"],
-            )
-        )
-    return specs
-
-
-async def _create(bootstrap: str, specs: list[TopicSpec], timeout_s: float) -> list[str]:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [s for s in specs if s.name not in existing]
-        if missing:
-            await admin.create_topics(
-                [NewTopic(s.name, s.partitions, 1, topic_configs=s.configs()) for s in missing],
-                timeout_ms=int(timeout_s * 1000),
-            )
-        # Creation is asynchronous in the controller: wait until metadata shows every topic.
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if {s.name for s in specs} <= set(await admin.list_topics()):
-                return [s.name for s in missing]
-            await asyncio.sleep(0.1)
-        raise BrokerError(f"topics not visible after {timeout_s}s: {[s.name for s in missing]}")
-    finally:
-        await admin.close()
-
-
-def ensure_topics(bootstrap: str, prefix: str = "", timeout_s: float = 30.0) -> list[str]:
-    """Create the topics of topics.yaml under ``prefix`` where missing; return those created."""
-    return asyncio.run(_create(bootstrap, load_topic_specs(prefix=prefix), timeout_s))
 
 
 def external_bootstrap() -> str | None:
     """The broker named by KAFKA_BOOTSTRAP_SERVERS, when the environment names one."""
     return os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
-
-
-def _port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (killed but not reaped by its parent) counts as gone.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 class LocalBroker:
@@ -137,18 +47,18 @@ class LocalBroker:
     def __init__(
         self,
         state_dir: Path | None = None,
-        cache_dir: Path = REPO / ".cache" / "kafka",
+        cache: Path | None = None,
         port: int | None = None,
         heap: str | None = None,
     ) -> None:
         # Defaults come from the environment at construction, so a CLI run can be pointed
         # at another port and folder (GPUSCHED_LOCAL_KAFKA_PORT, _DIR, _HEAP).
         env = os.environ
-        state_dir = state_dir or Path(env.get("GPUSCHED_LOCAL_KAFKA_DIR", REPO / "var" / "kafka"))
+        state_dir = state_dir or Path(env.get("GPUSCHED_LOCAL_KAFKA_DIR", var_dir() / "kafka"))
         port = port or int(env.get("GPUSCHED_LOCAL_KAFKA_PORT", "19092"))
         heap = heap or env.get("GPUSCHED_LOCAL_KAFKA_HEAP", "512m")
         self.state_dir = state_dir
-        self.libs = cache_dir / "libs"
+        self.libs = (cache or cache_dir() / "kafka") / "libs"
         self.port = port
         self.controller_port = port + 1
         self.heap = heap
@@ -171,20 +81,13 @@ class LocalBroker:
             raise BrokerError("mvn (Apache Maven) is needed once to fetch the Kafka jars")
         self.libs.mkdir(parents=True, exist_ok=True)
         print(f"resolving Kafka {KAFKA_VERSION_MARKER} jars into {self.libs} ...", flush=True)
-        proc = subprocess.run(
-            [
-                "mvn",
-                "-q",
-                "-B",
-                "-f",
-                str(HERE / "pom.xml"),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={self.libs}",
-            ],
-            capture_output=True,
-            text=True,
-        )
+        with resources.as_file(resources.files("gpusched.local") / "pom.xml") as pom:
+            proc = subprocess.run(
+                ["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+                 "-DincludeScope=runtime", f"-DoutputDirectory={self.libs}"],
+                capture_output=True,
+                text=True,
+            )  # fmt: skip
         if proc.returncode != 0:
             raise BrokerError(f"mvn could not resolve the Kafka jars:\n{proc.stdout}{proc.stderr}")
         marker.touch()
@@ -195,7 +98,7 @@ class LocalBroker:
         if not self.pid_file.exists():
             return None
         pid = int(self.pid_file.read_text().strip() or 0)
-        if pid and _pid_alive(pid):
+        if pid and pid_alive(pid):
             return pid
         self.pid_file.unlink(missing_ok=True)
         return None
@@ -290,9 +193,9 @@ class LocalBroker:
             return False
         # A broker just killed (kill -9) may hold its port for a moment while it dies.
         deadline = time.monotonic() + 10
-        while _port_open(self.port) and time.monotonic() < deadline:
+        while port_open(self.port) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _port_open(self.port):
+        if port_open(self.port):
             raise BrokerError(
                 f"port {self.port} is taken by a process that is not this broker "
                 f"(no live PID in {self.pid_file}); stop it or set GPUSCHED_LOCAL_KAFKA_PORT"
@@ -333,7 +236,7 @@ class LocalBroker:
                 raise BrokerError(
                     f"the broker exited with code {proc.returncode}; log tail:\n{self.log_tail()}"
                 )
-            if _port_open(self.port) and asyncio.run(answers()):
+            if port_open(self.port) and asyncio.run(answers()):
                 return
             time.sleep(0.3)
         raise BrokerError(
@@ -345,14 +248,7 @@ class LocalBroker:
         pid = self.running_pid()
         if pid is None:
             return False
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _pid_alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-            while _pid_alive(pid):
-                time.sleep(0.1)
+        stop_pid(pid, timeout_s)
         self.pid_file.unlink(missing_ok=True)
         return True
 
@@ -390,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"kafka running, pid {pid}, at {broker.bootstrap}" if pid else "kafka not running"
             )
             return 0 if pid else 3
-    except BrokerError as exc:
+    except (LocalError, ContractError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0

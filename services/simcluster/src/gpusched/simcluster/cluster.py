@@ -19,7 +19,7 @@ import time
 import uuid
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Query
 from pydantic import BaseModel, Field
@@ -33,10 +33,9 @@ from gpusched.core import (
     PowerModel,
     PowerState,
 )
-from gpusched.dispatcher.backend import BackendEvent
 from gpusched.sim import load_jobs
 
-__all__ = ["PlaceBody", "SimCluster", "simcluster_app"]
+__all__ = ["ClusterEvent", "PlaceBody", "SimCluster", "simcluster_app", "trace_durations"]
 
 
 class PlaceBody(BaseModel):
@@ -50,6 +49,23 @@ class PlaceBody(BaseModel):
 
 class DecisionBody(BaseModel):
     decision_id: str = ""
+
+
+class ClusterEvent(BaseModel):
+    """One entry of the event log, as ``GET /events`` serves it: a job's step
+    (``kind="job"``: job_id, type, where) or a node's power change (``kind="node"``)."""
+
+    seq: int
+    ts: float
+    kind: Literal["job", "node"]
+    job_id: str | None = None
+    type: JobEventType | None = None
+    node_ids: tuple[str, ...] = ()
+    gpu_indices: tuple[tuple[int, ...], ...] = ()
+    decision_id: str | None = None
+    reason: str | None = None
+    node_id: str | None = None
+    power: PowerState | None = None
 
 
 class SimCluster:
@@ -68,22 +84,23 @@ class SimCluster:
         self.durations, self.speed, self.default_duration_s = durations, speed, default_duration_s
         self.power = power or PowerModel()
         self.log_id = uuid.uuid4().hex[:12]
-        self.log: list[BackendEvent] = []
+        self.log: list[ClusterEvent] = []
         self.running: dict[str, tuple[PlaceBody, float]] = {}  # job -> (where, started)
         self.left: dict[str, float] = {}  # wall seconds of work still to do
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._changed = asyncio.Condition()
 
     # -- the log ----------------------------------------------------------------------
-    def _append(self, **fields: Any) -> None:
-        self.log.append(BackendEvent(seq=len(self.log) + 1, ts=time.time(), **fields))
+    def _append(self, kind: Literal["job", "node"], **fields: Any) -> None:
+        event = ClusterEvent(seq=len(self.log) + 1, ts=time.time(), kind=kind, **fields)
+        self.log.append(event)
         asyncio.get_running_loop().create_task(self._notify())
 
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_events(self, after: int, timeout_s: float) -> list[BackendEvent]:
+    async def wait_events(self, after: int, timeout_s: float) -> list[ClusterEvent]:
         if len(self.log) <= after:
             async with self._changed:
                 with contextlib.suppress(TimeoutError):
@@ -103,9 +120,11 @@ class SimCluster:
         self.running[job_id] = (body, now)
         left = self.left.setdefault(job_id, self._duration(job_id))
         where = {"node_ids": body.node_ids, "gpu_indices": body.gpu_indices}
-        self._append(job_id=job_id, type=JobEventType.PLACED, decision_id=body.decision_id, **where)
         self._append(
-            job_id=job_id, type=JobEventType.RUNNING, decision_id=body.decision_id, **where
+            "job", job_id=job_id, type=JobEventType.PLACED, decision_id=body.decision_id, **where
+        )
+        self._append(
+            "job", job_id=job_id, type=JobEventType.RUNNING, decision_id=body.decision_id, **where
         )
         loop = asyncio.get_running_loop()
         self._timers[job_id] = loop.call_later(left, self._finish, job_id)
@@ -135,19 +154,19 @@ class SimCluster:
         if job_id in self.running:
             self._release(job_id)
             self.left.pop(job_id, None)
-            self._append(job_id=job_id, type=JobEventType.FINISHED)
+            self._append("job", job_id=job_id, type=JobEventType.FINISHED)
 
     def preempt(self, job_id: str, decision_id: str) -> None:
         if job_id not in self.running:
             raise HTTPException(409, f"job {job_id} does not run")
         self._release(job_id)
-        self._append(job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision_id)
+        self._append("job", job_id=job_id, type=JobEventType.PREEMPTED, decision_id=decision_id)
 
     def cancel(self, job_id: str) -> None:
         if job_id in self.running:
             self._release(job_id)
             self.left.pop(job_id, None)
-            self._append(job_id=job_id, type=JobEventType.CANCELLED, reason="cancelled")
+            self._append("job", job_id=job_id, type=JobEventType.CANCELLED, reason="cancelled")
 
     # -- nodes ------------------------------------------------------------------------
     def park(self, node_id: str, decision_id: str) -> None:
@@ -156,20 +175,20 @@ class SimCluster:
             raise HTTPException(409, f"node {node_id} runs jobs; it cannot be parked")
         if node.power is PowerState.ON:
             self.state.set_power(node_id, PowerState.PARKED)
-            self._append(node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
+            self._append("node", node_id=node_id, power=PowerState.PARKED, decision_id=decision_id)
 
     def wake(self, node_id: str, decision_id: str) -> None:
         node = self._node(node_id)
         if node.power is PowerState.PARKED:
             latency = self.power.wake_latency_s / self.speed
             self.state.set_power(node_id, PowerState.WAKING, time.time() + latency)
-            self._append(node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
+            self._append("node", node_id=node_id, power=PowerState.WAKING, decision_id=decision_id)
             asyncio.get_running_loop().call_later(latency, self._ready, node_id)
 
     def _ready(self, node_id: str) -> None:
         if self.state.nodes[node_id].power is PowerState.WAKING:
             self.state.set_power(node_id, PowerState.ON)
-            self._append(node_id=node_id, power=PowerState.ON)
+            self._append("node", node_id=node_id, power=PowerState.ON)
 
     def _node(self, node_id: str) -> Any:
         node = self.state.nodes.get(node_id)
@@ -224,17 +243,10 @@ def simcluster_app(cluster: SimCluster) -> FastAPI:
     async def events(
         after: Annotated[int, Query(ge=0)] = 0,
         timeout_s: Annotated[float, Query(ge=0, le=60)] = 10.0,
-    ) -> list[dict[str, Any]]:
-        return [_event_json(e) for e in await cluster.wait_events(after, timeout_s)]
+    ) -> list[ClusterEvent]:
+        return await cluster.wait_events(after, timeout_s)
 
     return app
-
-
-def _event_json(e: BackendEvent) -> dict[str, Any]:
-    data = asdict(e)
-    data["type"] = e.type.value if e.type else None
-    data["power"] = e.power.value if e.power else None
-    return data
 
 
 def trace_durations(path: Path | None) -> dict[str, float]:

@@ -1,0 +1,88 @@
+"""Creating the topics of the contract on a broker, as ``topics.yaml`` declares them.
+
+``topics.yaml`` ships inside this package, so an installed wheel (a container image) finds
+it; a path argument overrides it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from gpusched.contracts.errors import ProvisionError
+from gpusched.contracts.topics import DLQ_SUFFIX
+
+__all__ = ["TopicSpec", "ensure_topics", "topic_specs"]
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    cleanup_policy: str
+    retention_ms: int
+
+    def configs(self) -> dict[str, str]:
+        return {"cleanup.policy": self.cleanup_policy, "retention.ms": str(self.retention_ms)}
+
+
+def _declarations(path: Path | None) -> dict[str, Any]:
+    text = (
+        path.read_text()
+        if path is not None
+        else resources.files("gpusched.contracts").joinpath("topics.yaml").read_text()
+    )
+    doc: dict[str, Any] = yaml.safe_load(text)
+    return doc
+
+
+def topic_specs(prefix: str = "", path: Path | None = None) -> list[TopicSpec]:
+    """Every declared topic, and its dead-letter topic, under ``prefix``."""
+    doc = _declarations(path)
+    dlq = doc["dlq"]
+    specs: list[TopicSpec] = []
+    for t in doc["topics"]:
+        name = prefix + t["name"]
+        specs.append(TopicSpec(name, t["partitions"], t["cleanup_policy"], t["retention_ms"]))
+        specs.append(
+            TopicSpec(
+                name + DLQ_SUFFIX, dlq["partitions"], dlq["cleanup_policy"], dlq["retention_ms"]
+            )
+        )
+    return specs
+
+
+async def _create(bootstrap: str, specs: list[TopicSpec], timeout_s: float) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            await admin.create_topics(
+                [NewTopic(s.name, s.partitions, 1, topic_configs=s.configs()) for s in missing],
+                timeout_ms=int(timeout_s * 1000),
+            )
+        # Creation is asynchronous in the controller: wait until metadata shows every topic.
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if {s.name for s in specs} <= set(await admin.list_topics()):
+                return [s.name for s in missing]
+            await asyncio.sleep(0.1)
+        raise ProvisionError(f"topics not visible after {timeout_s}s: {[s.name for s in missing]}")
+    finally:
+        await admin.close()
+
+
+def ensure_topics(
+    bootstrap: str, prefix: str = "", timeout_s: float = 30.0, path: Path | None = None
+) -> list[str]:
+    """Create the declared topics under ``prefix`` where missing; return those created."""
+    return asyncio.run(_create(bootstrap, topic_specs(prefix, path), timeout_s))
