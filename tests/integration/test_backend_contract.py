@@ -33,7 +33,9 @@ from gpusched.dispatcher import (
     AlreadyPlaced,
     Backend,
     BackendEvent,
+    JobStep,
     KubernetesBackend,
+    NodePower,
     NotPlaceable,
     SimBackend,
     SlurmBackend,
@@ -258,13 +260,17 @@ async def _until(
     return got
 
 
+def _job_steps(events: list[BackendEvent], job_id: str) -> list[JobStep]:
+    """A job's lifecycle steps (a cluster that takes jobs itself also says JobArrived)."""
+    return [e for e in events if isinstance(e, JobStep) and e.job_id == job_id]
+
+
 def _has(job_id: str, kind: JobEventType) -> Callable[[list[BackendEvent]], bool]:
-    return lambda events: any(e.job_id == job_id and e.type is kind for e in events)
+    return lambda events: any(e.type is kind for e in _job_steps(events, job_id))
 
 
-def _steps(events: list[BackendEvent], job_id: str) -> list[JobEventType | None]:
-    """A job's lifecycle, less 'submitted' (reported by clusters that take jobs themselves)."""
-    return [e.type for e in events if e.job_id == job_id and e.type is not JobEventType.SUBMITTED]
+def _steps(events: list[BackendEvent], job_id: str) -> list[JobEventType]:
+    return [e.type for e in _job_steps(events, job_id)]
 
 
 async def test_lists_the_nodes(cluster: Cluster) -> None:
@@ -286,7 +292,7 @@ async def test_a_placed_job_runs_and_finishes(cluster: Cluster) -> None:
     events += await _until(b, events[-1].seq, _has(a, FINISHED))
     assert _steps(events, a) == [PLACED, RUNNING, FINISHED]
     assert [e.seq for e in events] == list(range(events[0].seq, events[0].seq + len(events)))
-    placed = next(e for e in events if e.type is PLACED)
+    placed = next(e for e in _job_steps(events, a) if e.type is PLACED)
     assert placed.decision_id == "d1"
     assert placed.node_ids == (n0,)
     assert len(placed.gpu_indices[0]) == 2
@@ -350,11 +356,11 @@ async def test_park_and_wake(cluster: Cluster) -> None:
         await b.place(job_b, _on(n1, 0), "d4")  # parked
     await b.wake(n1, "d5")
 
-    def woken(events: list[BackendEvent]) -> bool:
-        return any(e.node_id == n1 and e.power is PowerState.ON for e in events)
+    def power_of_n1(events: list[BackendEvent]) -> list[PowerState]:
+        return [e.power for e in events if isinstance(e, NodePower) and e.node_id == n1]
 
-    events = await _until(b, 0, woken)
-    power = [e.power for e in events if e.node_id == n1]
+    events = await _until(b, 0, lambda events: PowerState.ON in power_of_n1(events))
+    power = power_of_n1(events)
     assert power == [PowerState.PARKED, PowerState.WAKING, PowerState.ON]
     assert {n.node_id: n.power for n in await b.nodes()}[n1] is PowerState.ON
     await b.place(job_b, _on(n1, 0), "d6")

@@ -105,6 +105,7 @@ class Scheduler:
         self._next_refresh = 0.0
         self._dirty = True
         self._charged_at: dict[str, float] = {}
+        self._excluded: frozenset[str] = frozenset()  # the last cycle's
         policy.bind(self)
 
     @classmethod
@@ -238,14 +239,15 @@ class Scheduler:
             self._refresh(now)
         if self.policy.timer_due(now):
             self._dirty = True
+        if (out := frozenset(excluded)) != self._excluded:
+            self._excluded, self._dirty = out, True
         # 2. admit
         if self._dirty and len(self.queue):
-            excluded = list(excluded)
-            self.state.hide(excluded)
+            self.state.hide(sorted(out))
             try:
                 self._admit(now, result.decisions)
             finally:
-                self.state.unhide(excluded)
+                self.state.unhide(sorted(out))
         self._dirty = False
         # 3. power
         for decision in self.policy.power(now):

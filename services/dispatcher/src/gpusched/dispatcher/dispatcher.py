@@ -148,9 +148,10 @@ class Dispatcher:
         stale) gets no new work until it is healthy again."""
         if node.node_id not in self.scheduler.state.nodes:
             return
-        if node.healthy:
+        if node.healthy and node.node_id in self.unhealthy:
             self.unhealthy.discard(node.node_id)
-        elif node.node_id not in self.unhealthy:
+            self.wanted.set()  # work may go there again
+        elif not node.healthy and node.node_id not in self.unhealthy:
             self.unhealthy.add(node.node_id)
             log.warning("node %s is unhealthy in the live view; no new work there", node.node_id)
 
