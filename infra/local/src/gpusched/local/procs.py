@@ -28,6 +28,7 @@ __all__ = [
     "machine_cache_dir",
     "pid_alive",
     "port_open",
+    "stop_pid",
     "var_dir",
 ]
 

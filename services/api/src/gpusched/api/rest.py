@@ -1,5 +1,10 @@
-"""The REST API (FastAPI; OpenAPI at /openapi.json, docs at /docs): submit, look up and
-cancel jobs. Run it with ``gpusched api``."""
+"""The REST API (FastAPI; OpenAPI at /openapi.json, docs at /docs and /redoc): submit, look
+up and cancel jobs. Run it with ``gpusched api``.
+
+The docs pages load Swagger UI and ReDoc from files shipped in the fastapi-offline package,
+never from a CDN: they work on an air-gapped cluster. ReDoc's bundle fetches its footer
+logo from cdn.redoc.ly (hard-coded); ``/redoc`` serves that bundle with the logo pointed at
+an inline image instead, so no request leaves the machine."""
 
 from __future__ import annotations
 
@@ -8,11 +13,15 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from fastapi import FastAPI, HTTPException
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_redoc_html
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi_offline import FastAPIOffline
 
 from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status
 from gpusched.api.settings import ApiSettings
@@ -21,6 +30,15 @@ from gpusched.contracts.topics import JOBS
 from gpusched.store import StoreError, StoreSettings
 
 __all__ = ["rest_app"]
+
+_REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+_BLANK_SVG = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E"
+
+
+@cache
+def _redoc_bundle() -> str:
+    bundle = resources.files("fastapi_offline") / "static" / "redoc.standalone.js"
+    return bundle.read_text().replace(_REDOC_LOGO, _BLANK_SVG)
 
 
 def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
@@ -46,7 +64,21 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         finally:
             await producer.stop()
 
-    app = FastAPI(title="gpusched", version="1", lifespan=lifespan)
+    app = FastAPIOffline(title="gpusched", version="1", lifespan=lifespan, redoc_url=None)
+
+    @app.get("/redoc", include_in_schema=False)
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url="/openapi.json",
+            title="gpusched - ReDoc",
+            redoc_js_url="/redoc.standalone.js",
+            redoc_favicon_url="/static-offline-docs/favicon.png",
+            with_google_fonts=False,
+        )
+
+    @app.get("/redoc.standalone.js", include_in_schema=False)
+    async def redoc_bundle() -> Response:
+        return Response(_redoc_bundle(), media_type="application/javascript")
 
     @app.exception_handler(InvalidJob)
     async def invalid(_: Any, exc: InvalidJob) -> JSONResponse:
