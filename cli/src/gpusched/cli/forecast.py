@@ -15,8 +15,9 @@ from rich.table import Table
 from gpusched.cli.progress import progress_bar
 from gpusched.cli.services import forecast
 from gpusched.forecaster import ForecasterSettings, backtest, offered_demand
-from gpusched.forecaster.backtest import BACKTEST_MODELS
+from gpusched.forecaster.backtest import BACKTEST_MODELS, JobModel
 from gpusched.forecaster.series import JobDemand
+from gpusched.forecaster.survival import JobSpan, survival_forecast
 from gpusched.sim import SimError
 from gpusched.sim.traces import load_jobs, trace_name
 
@@ -56,7 +57,8 @@ def backtest_command(
     min_train: Annotated[str, typer.Option(help="history before the first origin")] = "14d",
     workers: Annotated[int, typer.Option(help="fits run in parallel")] = 2,
 ) -> None:
-    """Backtest Prophet, seasonal-naive and last-value on the demand a trace offers.
+    """Backtest Prophet, seasonal-naive, last-value and the survival model on the demand
+    a trace offers (the survival model only for gpu_demand series of the whole cluster).
 
     Model settings (history window, changepoint prior, interval width) are the
     forecaster's (GPUSCHED_FORECASTER_*)."""
@@ -81,6 +83,13 @@ def backtest_command(
     cfg = replace(ForecasterSettings().models(), step_s=step_s)
     every_steps = _steps(parse_duration(every), step_s, "--every")
     train_steps = _steps(parse_duration(min_train), step_s, "--min-train")
+    job_models: dict[str, JobModel] = {}
+    if series == "gpu_demand/all":
+        spans = [
+            JobSpan(j.submit_time, j.submit_time + j.duration_s, j.request.num_gpu) for j in trace
+        ]
+        job_models["survival"] = lambda t, horizon: survival_forecast(spans, t, horizon, cfg)
+    models = (*BACKTEST_MODELS, *job_models)
     with progress_bar(console) as progress:
         origins = max((len(values) - max(leads.values()) - train_steps) // every_steps + 1, 0)
         task = progress.add_task("fits", total=origins * len(BACKTEST_MODELS))
@@ -94,6 +103,7 @@ def backtest_command(
                 train_steps,
                 workers,
                 on_fit=lambda _: progress.advance(task),
+                job_models=job_models,
             )
         except ValueError as exc:
             console.print(f"[red]error:[/] {exc}")
@@ -111,12 +121,12 @@ def backtest_command(
     json_out.write_text(json.dumps(doc, indent=2) + "\n")
     table = Table(title=f"{doc['trace']} {series}: {result['origins']} origins")
     table.add_column("horizon")
-    for model in BACKTEST_MODELS:
+    for model in models:
         table.add_column(f"{model} MASE", justify="right")
         table.add_column("cover", justify="right")
     for label, by_model in result["horizons"].items():
         cells = []
-        for model in BACKTEST_MODELS:
+        for model in models:
             cells += [f"{by_model[model]['mase']:.3f}", f"{by_model[model]['coverage']:.2f}"]
         table.add_row(label, *cells)
     Console().print(table)

@@ -11,7 +11,7 @@ forecaster does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,9 @@ __all__ = ["BACKTEST_MODELS", "backtest"]
 
 BACKTEST_MODELS = ("prophet", "seasonal_naive", "last_value")
 
+JobModel = Callable[[float, int], Forecast]
+"""A model that reads the jobs themselves: (origin time, horizon steps) -> forecast."""
+
 
 def backtest(
     values: np.ndarray,
@@ -33,8 +36,13 @@ def backtest(
     min_train: int,
     workers: int = 1,
     on_fit: Callable[[str], None] | None = None,
+    job_models: Mapping[str, JobModel] | None = None,
 ) -> dict[str, Any]:
-    """MASE and interval coverage per horizon (label -> steps ahead) and model."""
+    """MASE and interval coverage per horizon (label -> steps ahead) and model: the series
+    models of ``BACKTEST_MODELS`` and ``job_models`` (e.g. ``survival``), which forecast
+    from the jobs known at each origin rather than from the series."""
+    job_models = job_models or {}
+    models: Sequence[str] = (*BACKTEST_MODELS, *job_models)
     longest = max(horizons.values())
     m = cfg.season_steps
     if min_train <= m:
@@ -56,17 +64,15 @@ def backtest(
     }
     forecasts = fit_many(tasks, cfg, workers, on_done=on_fit)
     calibrator = Calibrator(cfg.interval_width)
-    errors: dict[str, dict[str, list[float]]] = {
-        h: {m_: [] for m_ in BACKTEST_MODELS} for h in horizons
-    }
-    hits: dict[str, dict[str, list[bool]]] = {
-        h: {m_: [] for m_ in BACKTEST_MODELS} for h in horizons
-    }
+    errors: dict[str, dict[str, list[float]]] = {h: {m_: [] for m_ in models} for h in horizons}
+    hits: dict[str, dict[str, list[bool]]] = {h: {m_: [] for m_ in models} for h in horizons}
     for o in origins:
         scale = float(np.mean(np.abs(values[m:o] - values[: o - m])))
         origin_t = start + o * cfg.step_s
         calibrator.observe(values[:o], start, origin_t)
-        for model in BACKTEST_MODELS:
+        for name, job_model in job_models.items():
+            forecasts[f"{name}@{o}"] = job_model(origin_t, longest)
+        for model in models:
             f: Forecast = forecasts[f"{model}@{o}"]
             if model == "prophet":
                 f = calibrator.calibrate(f, local_scale(values[:o], m))
@@ -82,7 +88,7 @@ def backtest(
                     "mase": round(float(np.mean(errors[label][model])), 4),
                     "coverage": round(float(np.mean(hits[label][model])), 4),
                 }
-                for model in BACKTEST_MODELS
+                for model in models
             }
             for label in horizons
         },

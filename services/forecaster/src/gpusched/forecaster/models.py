@@ -31,6 +31,7 @@ __all__ = [
     "last_value",
     "local_scale",
     "prophet",
+    "quantiles",
     "seasonal_naive",
 ]
 
@@ -72,14 +73,15 @@ class Forecast:
         return replace(self, yhat=yhat, lower=lower, upper=upper)
 
 
-def _quantiles(width: float) -> tuple[float, float]:
+def quantiles(width: float) -> tuple[float, float]:
+    """The quantile levels that bound a central interval of ``width`` (0.8: 0.1, 0.9)."""
     return (1 - width) / 2, (1 + width) / 2
 
 
 def last_value(history: np.ndarray, start: float, horizon: int, cfg: ModelConfig) -> Forecast:
     """The last observed value, with the history's own k-step changes as the interval."""
     y = history[-1]
-    lo_q, hi_q = _quantiles(cfg.interval_width)
+    lo_q, hi_q = quantiles(cfg.interval_width)
     lower, upper = np.empty(horizon), np.empty(horizon)
     for k in range(1, horizon + 1):
         changes = history[k:] - history[:-k] if len(history) > k else np.zeros(1)
@@ -97,7 +99,7 @@ def seasonal_naive(history: np.ndarray, start: float, horizon: int, cfg: ModelCo
     k = np.arange(horizon)
     yhat = history[len(history) - m + k % m]
     diffs = history[m:] - history[:-m] if len(history) > m else np.zeros(1)
-    lo_q, hi_q = _quantiles(cfg.interval_width)
+    lo_q, hi_q = quantiles(cfg.interval_width)
     widen = np.sqrt(k // m + 1)
     lower = yhat + np.quantile(diffs, lo_q) * widen
     upper = yhat + np.quantile(diffs, hi_q) * widen
@@ -209,7 +211,7 @@ class Calibrator:
         """The forecast with its interval from past errors where there are enough; it is
         remembered so that its own errors are scored later. ``scale`` is ``local_scale``
         of the history it was made from."""
-        lo_q, hi_q = _quantiles(self.width)
+        lo_q, hi_q = quantiles(self.width)
         lower, upper = forecast.lower.copy(), forecast.upper.copy()
         calibrated = 0
         for i in range(len(forecast.yhat)):

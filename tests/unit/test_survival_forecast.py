@@ -1,0 +1,61 @@
+"""The survival (structural) demand model on small cases with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpusched.forecaster import ModelConfig
+from gpusched.forecaster.survival import JobSpan, km_survival, survival_forecast
+
+CFG = ModelConfig(step_s=600.0)
+HOUR = 3600.0
+DAY = 86400.0
+
+
+def test_kaplan_meier_without_censoring_is_the_weighted_empirical_survival() -> None:
+    times, surv = km_survival(np.array([1.0, 2.0, 3.0]), np.zeros(3, bool), np.array([1, 1, 2.0]))
+    assert times.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert surv == pytest.approx([1.0, 0.75, 0.5, 0.0])
+
+
+def test_kaplan_meier_counts_a_censored_job_at_risk_until_its_age() -> None:
+    # two jobs ended at 1 and 3; one still present at age 2: S(1) = 2/3, S(3) = 2/3 * 0
+    times, surv = km_survival(np.array([1.0, 2.0, 3.0]), np.array([False, True, False]), np.ones(3))
+    assert times.tolist() == [0.0, 1.0, 3.0]
+    assert surv == pytest.approx([1.0, 2 / 3, 0.0])
+
+
+def test_persistence_jobs_that_never_end_and_no_arrivals() -> None:
+    # 10 jobs of 4 GPUs submitted long ago, none ended, none arriving: demand stays 40
+    jobs = [JobSpan(-10 * DAY + i, None, 4.0) for i in range(10)]
+    f = survival_forecast(jobs, now=0.0, horizon=36, cfg=CFG)
+    assert f.yhat == pytest.approx(np.full(36, 40.0))
+    assert f.lower == pytest.approx(np.full(36, 40.0))
+    assert f.upper == pytest.approx(np.full(36, 40.0))
+
+
+def test_fixed_run_times_leave_on_time_and_the_future_is_not_read() -> None:
+    # every job ran exactly 2 h: the history says so; two jobs present, aged 30 min and
+    # 90 min, leave 90 and 30 minutes from now. Their true ends lie in the future and
+    # must not be read: giving them None changes nothing.
+    history = [JobSpan(-DAY + k * HOUR, -DAY + k * HOUR + 2 * HOUR, 1.0) for k in range(20)]
+    present = [JobSpan(-1800.0, 5400.0, 8.0), JobSpan(-5400.0, 1800.0, 2.0)]
+    unknown = [JobSpan(-1800.0, None, 8.0), JobSpan(-5400.0, None, 2.0)]
+    f = survival_forecast(history + present, now=0.0, horizon=12, cfg=CFG)
+    g = survival_forecast(history + unknown, now=0.0, horizon=12, cfg=CFG)
+    assert f.yhat == pytest.approx(g.yhat)
+    mids = (np.arange(12) + 0.5) * 600.0
+    expected = np.where(mids < 1800, 10.0, np.where(mids < 5400, 8.0, 0.0))
+    assert f.yhat == pytest.approx(expected)
+
+
+def test_a_steady_stream_of_arrivals_is_forecast_from_the_recent_past() -> None:
+    # one 1-GPU job every 10 minutes, each lasting 30 minutes, for three days: at any
+    # time 3 are present; the forecast holds 3 at every lead (leavers replaced)
+    jobs = [JobSpan(t, t + 1800.0, 1.0) for t in np.arange(-3 * DAY, 0.0, 600.0) + 1.0]
+    later = [JobSpan(t, t + 1800.0, 1.0) for t in np.arange(0.0, DAY, 600.0) + 1.0]
+    f = survival_forecast(jobs + later, now=0.0, horizon=36, cfg=CFG)
+    assert f.yhat == pytest.approx(np.full(36, 3.0), abs=0.51)
+    assert np.all(f.lower <= f.yhat)
+    assert np.all(f.yhat <= f.upper)
