@@ -5,8 +5,8 @@ forecasts up to the longest horizon from the history before the origin only. For
 horizon the error at exactly that lead is scaled by the in-sample mean absolute seasonal
 difference of the history at that origin (MASE, Hyndman & Koehler 2006; season = one
 day), and the 80% interval is checked for the actual value (coverage). Prophet's interval
-is calibrated from its own earlier forecasts in this run (``Calibrator``), as the live
-forecaster does.
+and the survival model's are calibrated from their own earlier forecasts in this run
+(``Calibrator``), as the live forecaster does for Prophet.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, local_
 __all__ = ["BACKTEST_MODELS", "backtest"]
 
 BACKTEST_MODELS = ("prophet", "seasonal_naive", "last_value")
+
+CALIBRATED = ("prophet", "survival")  # intervals from past out-of-sample errors
 
 JobModel = Callable[[float, int], Forecast]
 """A model that reads the jobs themselves: (origin time, horizon steps) -> forecast."""
@@ -74,7 +76,7 @@ def backtest(
             forecasts[f"{name}@{o}"] = job_model(origin_t, longest)
         for model in models:
             f: Forecast = forecasts[f"{model}@{o}"]
-            if model == "prophet":
+            if model in CALIBRATED:
                 f = calibrator.calibrate(f, local_scale(values[:o], m))
             for label, lead in horizons.items():
                 actual = values[o + lead - 1]
