@@ -3,13 +3,17 @@ finish, and are in ClickHouse; a dispatcher killed mid-run loses and doubles not
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
 import httpx
 import pytest
 
+from gpusched.contracts import JobEvent, JobRequest, encode
+from gpusched.contracts.topics import JOBS as JOBS_TOPIC
 from tests.e2e.conftest import Platform
+from tests.pipeline import produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -111,3 +115,40 @@ def test_dispatcher_sigkill_mid_run(platform: Platform) -> None:
     _all_finished(platform, "late", late)
     epochs = p.sql("SELECT DISTINCT epoch FROM placements ORDER BY epoch")
     assert [e for (e,) in epochs][:2] == [0, 1]  # the restarted dispatcher is epoch 1
+
+
+def test_queue_nodes_and_cancel_from_the_command_line(platform: Platform) -> None:
+    """What a Slurm user runs as squeue / sinfo / scancel, against `make run`'s stack."""
+    p = platform.pipeline
+    # A job for a GPU model no node has, sent to the jobs topic directly (the API would
+    # refuse it): it waits for ever, and says why.
+    stuck = JobEvent(
+        job_id="cli-h100", type="submitted", tenant="team9", priority_class="high",
+        request=JobRequest(num_gpu=2, gpu_models=("H100",)),
+    )  # fmt: skip
+    produce(p.bootstrap, [(JOBS_TOPIC.name(p.prefix), b"cli-h100", encode(stuck))])
+
+    def listed() -> list[dict[str, object]]:
+        rows: list[dict[str, object]] = json.loads(p.run("queue", "--tenant", "team9", "--json"))
+        return rows
+
+    rows = p.wait_for(
+        "the stuck job with its reason", lambda: [r for r in listed() if r["pending_reason"]]
+    )
+    (row,) = rows
+    assert (row["job_id"], row["state"], row["priority_class"], row["gpus"]) == (
+        "cli-h100", "pending", "high", 2.0,
+    )  # fmt: skip
+    assert "H100" in str(row["pending_reason"])
+    table = p.run("queue", "--state", "pending", COLUMNS="80")
+    assert "cli-h100" in table
+
+    nodes = json.loads(p.run("nodes", "--json"))
+    assert len(nodes) == 16
+    assert {(n["gpu_model"], n["gpus_total"], n["power_state"]) for n in nodes} <= {
+        ("V100", 8, "on"), ("V100", 8, "parked"), ("V100", 8, "waking"),
+    }  # fmt: skip
+    assert "16 node(s)" in p.run("nodes", COLUMNS="80")
+
+    assert "cli-h100: cancel requested" in p.run("cancel", "cli-h100", "--api", platform.api)
+    p.wait_for("the cancelled job to leave the queue", lambda: listed() == [])

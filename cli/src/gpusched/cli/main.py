@@ -12,6 +12,7 @@ from rich.table import Table
 
 from gpusched.cli.feed import feed
 from gpusched.cli.forecast import forecast_app
+from gpusched.cli.listing import cancel, nodes, queue
 from gpusched.cli.matrix import run_matrix_command
 from gpusched.cli.platform import up
 from gpusched.cli.progress import progress_bar
@@ -72,6 +73,9 @@ app.command("dispatch")(dispatch)
 app.command("api")(api)
 app.command("submit")(submit)
 app.command("status")(status)
+app.command("queue")(queue)
+app.command("nodes")(nodes)
+app.command("cancel")(cancel)
 app.command("feed")(feed)
 app.command("up")(up)
 app.add_typer(forecast_app, name="forecast")

@@ -15,15 +15,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
 from aiokafka import AIOKafkaProducer
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Query
 from fastapi.openapi.docs import get_redoc_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status
+from gpusched.api.listing import JobState, NodeState, list_nodes, list_queue
 from gpusched.api.settings import ApiSettings
 from gpusched.contracts import JobEvent, JobEventType, encode
 from gpusched.contracts.topics import JOBS
@@ -91,6 +92,29 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         event = job.event(await models())
         await kafka["producer"].send_and_wait(topic, encode(event), key=event.job_id.encode())
         return {"job_id": event.job_id, "status": f"/jobs/{event.job_id}"}
+
+    @app.get("/jobs")
+    async def queue(
+        state: JobState | None = None,
+        tenant: str | None = None,
+        priority_class: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=100_000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        """Jobs not ended: pending ones by priority with why they wait, then running ones."""
+        try:
+            rows = await asyncio.to_thread(list_queue, store, state, tenant, priority_class, limit)
+        except StoreError as exc:
+            raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+        return [r.as_dict() for r in rows]
+
+    @app.get("/nodes")
+    async def nodes(state: NodeState | None = None) -> list[dict[str, Any]]:
+        """Every node's latest live view (GPUs free of total, power, health, jobs)."""
+        try:
+            rows = await asyncio.to_thread(list_nodes, store, state)
+        except StoreError as exc:
+            raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+        return [r.as_dict() for r in rows]
 
     @app.get("/jobs/{job_id}")
     async def status(job_id: str) -> dict[str, Any]:
