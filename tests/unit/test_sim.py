@@ -108,10 +108,12 @@ def test_packing_reports_allocation_at_first_failure(traces: Path, tmp_path: Pat
     assert r["unallocated_gpus_final"] >= 0
 
 
-def _replay_cli(traces: Path, *args: str) -> Result:
+def _replay_cli(traces: Path, *args: str, columns: int = 80) -> Result:
     jobs, cluster = traces / "tiresias_60job.jobs.csv", traces / "tiresias_16x4.cluster.csv"
     return CliRunner().invoke(
-        app, ["replay", "--jobs", str(jobs), "--cluster", str(cluster), *args]
+        app,
+        ["replay", "--jobs", str(jobs), "--cluster", str(cluster), *args],
+        env={"COLUMNS": str(columns)},
     )
 
 
@@ -138,3 +140,19 @@ def test_cluster_reader(traces: Path) -> None:
     nodes = load_cluster(traces / "openb.cluster.csv")
     assert len(nodes) == 1523
     assert sum(n.num_gpus for n in nodes) == 6212
+
+
+def test_cli_replay_table_fits_80_columns(traces: Path, tmp_path: Path) -> None:
+    """Every number whole at 80 columns; --wide adds the other columns (for a wider
+    terminal)."""
+    policies = ("--policies", "fifo,tiresias+powersave,dynamic")
+    result = _replay_cli(traces, *policies, "--json", str(tmp_path / "r.json"))
+    assert result.exit_code == 0, result.output
+    table = result.stdout
+    assert "…" not in table
+    assert "avg JCT h" in table
+    assert "tiresias+powersave" in table
+    assert max(len(line) for line in table.splitlines()) <= 80
+    wide = _replay_cli(traces, *policies, "--wide", "--json", str(tmp_path / "w.json"), columns=160)
+    assert "fairness" in wide.stdout
+    assert "…" not in wide.stdout

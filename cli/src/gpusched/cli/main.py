@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -35,28 +35,52 @@ from gpusched.sim.report import write_report
 app = typer.Typer(help="gpusched: dynamic-priority GPU cluster scheduling.", no_args_is_help=True)
 console = Console(stderr=True)
 
+# (header with its unit, result key, format, shown without --wide); fits 80 columns
 _TABLE = (
-    ("jobs", "jobs", "{:d}"),
-    ("avg JCT h", "avg_jct_s", "h"),
-    ("p99 JCT h", "p99_jct_s", "h"),
-    ("avg wait h", "avg_wait_s", "h"),
-    ("util", "gpu_util", "{:.3f}"),
-    ("energy MWh", "energy_kwh", "mwh"),
-    ("above floor MWh", "idle_energy_kwh", "mwh"),
-    ("preempt", "preemptions", "{:d}"),
-    ("fairness", "fairness", "{:.3f}"),
-    ("wall s", "sim_wall_s", "{:.1f}"),
+    ("jobs", "jobs", "{:d}", False),
+    ("avg JCT h", "avg_jct_s", "h", True),
+    ("p99 JCT h", "p99_jct_s", "h", True),
+    ("avg wait h", "avg_wait_s", "h", True),
+    ("util", "gpu_util", "{:.2f}", False),
+    ("energy MWh", "energy_kwh", "mwh", True),
+    ("above floor MWh", "idle_energy_kwh", "mwh", False),
+    ("preempt", "preemptions", "{:,d}", True),
+    ("fairness", "fairness", "{:.2f}", False),
+    ("wall s", "sim_wall_s", "{:,.0f}", False),
 )
 
 
 def _cell(value: object, fmt: str) -> str:
+    """A number formatted for its unit: hours and MWh with one decimal, ratios with two."""
     if value is None:
         return "-"
     if fmt == "h":
-        return f"{float(value) / 3600:,.2f}"  # type: ignore[arg-type]
+        return f"{float(value) / 3600:,.1f}"  # type: ignore[arg-type]
     if fmt == "mwh":
-        return f"{float(value) / 1000:,.2f}"  # type: ignore[arg-type]
+        return f"{float(value) / 1000:,.1f}"  # type: ignore[arg-type]
     return fmt.format(value)
+
+
+def _replay_table(doc: dict[str, Any], experiment: str, placement: str, wide: bool) -> Table:
+    """One row per policy; a column is never narrower than its widest number (headers
+    wrap instead), so nothing is cut at 80 columns."""
+    columns = [(title, key, fmt) for title, key, fmt, default in _TABLE if wide or default]
+    if experiment == "packing":
+        columns += [
+            ("alloc@1st fail", "alloc_frac_at_first_failure", "{:.3f}"),
+            ("alloc final", "alloc_frac_final", "{:.3f}"),
+        ]
+    rows = [
+        [name, *(_cell(r[key], fmt) for _, key, fmt in columns)]
+        for name, r in doc["results"].items()
+    ]
+    table = Table(title=f"{doc['trace']} on {doc['cluster']} ({experiment}, {placement})")
+    for i, title in enumerate(["policy", *(c[0] for c in columns)]):
+        widest = max((len(row[i]) for row in rows), default=0)
+        table.add_column(title, justify="left" if i == 0 else "right", min_width=widest)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 @app.callback()
@@ -111,6 +135,9 @@ def replay_command(
     workers: Annotated[
         int | None, typer.Option(help="with --matrix: worker processes (default: one per CPU)")
     ] = None,
+    wide: Annotated[
+        bool, typer.Option(help="every column (jobs, util, energy above floor, fairness, wall)")
+    ] = False,
 ) -> None:
     """Replay a trace through the scheduling policies and compare them, or a whole
     scenario matrix (--matrix) in parallel."""
@@ -159,22 +186,7 @@ def replay_command(
             raise typer.Exit(2) from exc
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    table = Table(title=f"{doc['trace']} on {doc['cluster']} ({experiment}, {placement})")
-    table.add_column("policy")
-    extra = experiment == "packing"
-    for title, _, _ in _TABLE:
-        table.add_column(title, justify="right")
-    if extra:
-        table.add_column("alloc@1st fail", justify="right")
-        table.add_column("alloc final", justify="right")
-    for name, r in doc["results"].items():
-        cells = [_cell(r[key], fmt) for _, key, fmt in _TABLE]
-        if extra:
-            cells += [
-                _cell(r["alloc_frac_at_first_failure"], "{:.3f}"),
-                _cell(r["alloc_frac_final"], "{:.3f}"),
-            ]
-        table.add_row(name, *cells)
+    table = _replay_table(doc, experiment, placement, wide)
     Console().print(table)
     if doc["skipped"]:
         console.print(f"[yellow]{len(doc['skipped'])} job(s) skipped[/] (listed in the JSON):")
