@@ -127,7 +127,13 @@ def test_cli_replay_writes_the_json_contract_and_a_report(traces: Path, tmp_path
     assert doc["experiment"] == "queueing"
     assert set(doc["results"]) == {"fifo", "dynamic"}
     assert set(doc["results"]["dynamic"]) >= RESULT_KEYS
-    assert "data:image/png;base64" in report.read_text()
+    page = report.read_text()
+    assert page.count('class="plotly-graph-div"') >= 5  # CDF and four series over time
+    assert '<script src="http' not in page  # Plotly's JS is inside the file
+    bad = _replay_cli(traces, *policies, "--json", str(out), "--report", str(report),
+                      "--baseline", "tiresias")  # fmt: skip
+    assert bad.exit_code == 2
+    assert "--baseline tiresias is not among --policies" in bad.output
 
 
 def test_cli_names_a_bad_policy(traces: Path, tmp_path: Path) -> None:
@@ -150,9 +156,11 @@ def test_cli_replay_table_fits_80_columns(traces: Path, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     table = result.stdout
     assert "…" not in table
-    assert "avg JCT h" in table
+    assert "JCT h" in table
     assert "tiresias+powersave" in table
-    assert max(len(line) for line in table.splitlines()) <= 80
+    rows = [line for line in table.splitlines() if line[:1] in "┏┃┡│└"]
+    assert len(rows) >= 8
+    assert all(len(line) <= 80 and line[-1] in "┓┃┩│┘" for line in rows)  # not cropped
     wide = _replay_cli(traces, *policies, "--wide", "--json", str(tmp_path / "w.json"), columns=160)
-    assert "fairness" in wide.stdout
+    assert "floor MWh" in wide.stdout
     assert "…" not in wide.stdout

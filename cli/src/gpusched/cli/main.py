@@ -35,18 +35,19 @@ from gpusched.sim.report import write_report
 app = typer.Typer(help="gpusched: dynamic-priority GPU cluster scheduling.", no_args_is_help=True)
 console = Console(stderr=True)
 
-# (header with its unit, result key, format, shown without --wide); fits 80 columns
+# (header with its unit, result key, format, shown without --wide): two-line headers
+# keep the default table within 80 columns
 _TABLE = (
-    ("jobs", "jobs", "{:d}", False),
-    ("avg JCT h", "avg_jct_s", "h", True),
-    ("p99 JCT h", "p99_jct_s", "h", True),
-    ("avg wait h", "avg_wait_s", "h", True),
+    ("jobs", "jobs", "{:,d}", False),
+    ("avg\nJCT h", "avg_jct_s", "h", True),
+    ("p99\nJCT h", "p99_jct_s", "h", True),
+    ("avg\nwait h", "avg_wait_s", "h", True),
     ("util", "gpu_util", "{:.2f}", False),
-    ("energy MWh", "energy_kwh", "mwh", True),
-    ("above floor MWh", "idle_energy_kwh", "mwh", False),
-    ("preempt", "preemptions", "{:,d}", True),
-    ("fairness", "fairness", "{:.2f}", False),
-    ("wall s", "sim_wall_s", "{:,.0f}", False),
+    ("energy\nMWh", "energy_kwh", "mwh", True),
+    ("above\nfloor MWh", "idle_energy_kwh", "mwh", False),
+    ("pre-\nempt", "preemptions", "{:,d}", True),
+    ("fair-\nness", "fairness", "{:.2f}", False),
+    ("wall\ns", "sim_wall_s", "{:,.0f}", False),
 )
 
 
@@ -62,8 +63,9 @@ def _cell(value: object, fmt: str) -> str:
 
 
 def _replay_table(doc: dict[str, Any], experiment: str, placement: str, wide: bool) -> Table:
-    """One row per policy; a column is never narrower than its widest number (headers
-    wrap instead), so nothing is cut at 80 columns."""
+    """One row per policy; a column is never narrower than its widest cell, so a number
+    or a policy name is never cut (a table wider than the terminal is, at its right
+    edge: --wide needs a wide terminal)."""
     columns = [(title, key, fmt) for title, key, fmt, default in _TABLE if wide or default]
     if experiment == "packing":
         columns += [
@@ -77,7 +79,9 @@ def _replay_table(doc: dict[str, Any], experiment: str, placement: str, wide: bo
     table = Table(title=f"{doc['trace']} on {doc['cluster']} ({experiment}, {placement})")
     for i, title in enumerate(["policy", *(c[0] for c in columns)]):
         widest = max((len(row[i]) for row in rows), default=0)
-        table.add_column(title, justify="left" if i == 0 else "right", min_width=widest)
+        table.add_column(
+            title, justify="left" if i == 0 else "right", min_width=widest, no_wrap=True
+        )
     for row in rows:
         table.add_row(*row)
     return table
@@ -138,6 +142,10 @@ def replay_command(
     wide: Annotated[
         bool, typer.Option(help="every column (jobs, util, energy above floor, fairness, wall)")
     ] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="with --report: the policy ratios are to (default: tiresias if run)"),
+    ] = None,
 ) -> None:
     """Replay a trace through the scheduling policies and compare them, or a whole
     scenario matrix (--matrix) in parallel."""
@@ -155,6 +163,9 @@ def replay_command(
         console.print("[red]error:[/] --jobs and --cluster are required (or --matrix FILE)")
         raise typer.Exit(2)
     names = [p.strip() for p in policies.split(",") if p.strip()]
+    if report is not None and baseline is not None and baseline not in names:
+        console.print(f"[red]error:[/] --baseline {baseline} is not among --policies")
+        raise typer.Exit(2)
     with progress_bar(console) as progress:
         task = None
 
@@ -193,6 +204,10 @@ def replay_command(
         for s in doc["skipped"][:5]:
             console.print(f"  {s['job_id']}: {s['reason']}")
     if report is not None:
-        write_report(report, doc, runs)
+        try:
+            write_report(report, doc, runs, baseline)
+        except ValueError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            raise typer.Exit(2) from exc
         console.print(f"report: {report}")
     console.print(f"json: {json_out}")

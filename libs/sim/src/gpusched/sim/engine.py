@@ -27,6 +27,7 @@ from gpusched.core import (
     ParkNode,
     Place,
     PowerModel,
+    PowerState,
     Preempt,
     Scheduler,
     WakeNode,
@@ -95,8 +96,9 @@ class RunResult:
     alloc_frac_final: float | None = None
     unallocated_gpus_final: float | None = None
     failed: int = 0
-    # time series (t, queue length, cluster watts, allocated GPUs), downsampled
-    series: list[tuple[float, int, float, float]] = field(default_factory=list)
+    # time series (t, queue length, cluster watts, allocated GPUs, nodes parked or
+    # waking), downsampled
+    series: list[tuple[float, int, float, float, int]] = field(default_factory=list)
     # every decision with its time, when the simulation was asked to record them
     decisions: list[tuple[float, Decision]] = field(default_factory=list)
 
@@ -213,7 +215,8 @@ class Simulation:
                 self._packing_failure(new_arrival, now)
             meter.set_power(self._total_w, self._floor_w)
             if arrivals % sample_every == 0 or not self._events:
-                res.series.append((now, len(sched.queue), self._total_w, self._allocated))
+                off = sum(1 for n in sched.state.nodes.values() if n.power is not PowerState.ON)
+                res.series.append((now, len(sched.queue), self._total_w, self._allocated, off))
             wake = sched.next_wakeup(now)
             # Arrival-only packing has no timers: jobs never leave, nothing else can change.
             has_work = self.experiment != "packing" and (len(sched.queue) or sched.running)

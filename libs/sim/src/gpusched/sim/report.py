@@ -1,94 +1,177 @@
-"""HTML report of a replay: a table and plots (JCT CDF, queue length, power, utilization)."""
+"""A replay as one self-contained HTML page: a summary in hours and MWh with ratios to a
+baseline policy and per-class columns, and interactive Plotly charts (JCT CDF per policy
+and per class, queue length, power, allocated GPUs and parked nodes over time).
+
+Plotly's JavaScript is embedded in the file once, so the page works offline.
+"""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import plotly.graph_objects as go
 
 from gpusched.sim.engine import RunResult
 
 __all__ = ["write_report"]
 
-_COLUMNS = (
-    "jobs",
-    "avg_jct_s",
-    "p50_jct_s",
-    "p95_jct_s",
-    "p99_jct_s",
-    "avg_wait_s",
-    "p99_wait_s",
-    "makespan_s",
-    "gpu_util",
-    "energy_kwh",
-    "idle_energy_kwh",
-    "floor_energy_kwh",
-    "preemptions",
-    "fairness",
-    "sim_wall_s",
+_HOUR, _KWH_PER_MWH = 3600.0, 1000.0
+# (header, result key, unit divisor); ratios to the baseline for the first three
+_SUMMARY = (
+    ("avg JCT h", "avg_jct_s", _HOUR),
+    ("p99 JCT h", "p99_jct_s", _HOUR),
+    ("energy MWh", "energy_kwh", _KWH_PER_MWH),
+    ("avg wait h", "avg_wait_s", _HOUR),
+    ("above floor MWh", "idle_energy_kwh", _KWH_PER_MWH),
+    ("util", "gpu_util", 1.0),
+    ("preemptions", "preemptions", 1.0),
+    ("fairness", "fairness", 1.0),
+    ("jobs", "jobs", 1.0),
+)
+_RATIOS = 3
+_SERIES = (
+    ("Queue length", 1, "pending jobs"),
+    ("Cluster power", 2, "kW"),
+    ("Allocated GPUs", 3, "GPUs"),
+    ("Nodes parked or waking", 4, "nodes"),
+)
+_STYLE = (
+    "body{font-family:sans-serif;margin:1.5em;max-width:1100px}"
+    "table{border-collapse:collapse;margin:1em 0}"
+    "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}"
+    "th:first-child,td:first-child{text-align:left}"
+    ".base{font-weight:bold}.note{color:#555}"
 )
 
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
+_COUNTS = ("jobs", "preemptions")
 
 
-def _plots(runs: dict[str, RunResult]) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
-    fig, ax = plt.subplots(figsize=(7, 4))
+def _number(value: float, key: str = "") -> str:
+    """Counts whole; ratios and small figures with two decimals, larger with one."""
+    if key in _COUNTS:
+        return f"{value:,.0f}"
+    return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.1f}"
+
+
+def _summary(doc: dict[str, Any], baseline: str | None) -> str:
+    base = doc["results"].get(baseline) if baseline else None
+    head = [c[0] for c in _SUMMARY]
+    if base is not None:
+        head[_RATIOS:_RATIOS] = [f"{c[0].split()[0]} {c[0].split()[1]} ÷ {baseline}"
+                                 for c in _SUMMARY[:_RATIOS]]  # fmt: skip
+    rows = []
+    for name, r in doc["results"].items():
+        cells = [_number(float(r[key]) / unit, key) for _, key, unit in _SUMMARY]
+        if base is not None:
+            ratios = [
+                f"{float(r[key]) / float(base[key]):.2f}" if float(base[key]) else "-"
+                for _, key, _ in _SUMMARY[:_RATIOS]
+            ]
+            cells[_RATIOS:_RATIOS] = ratios
+        css = " class='base'" if name == baseline else ""
+        tds = "".join(f"<td>{c}</td>" for c in cells)
+        rows.append(f"<tr{css}><td>{html.escape(name)}</td>{tds}</tr>")
+    ths = "".join(f"<th>{html.escape(h)}</th>" for h in ["policy", *head])
+    return f"<table><tr>{ths}</tr>{''.join(rows)}</table>"
+
+
+def _classes(doc: dict[str, Any]) -> str:
+    classes = sorted({q for r in doc["results"].values() for q in r.get("jct_by_qos", {})})
+    if not classes:
+        return ""
+    head = "".join(
+        f"<th>{html.escape(q)} {what} h</th>" for q in classes for what in ("avg JCT", "avg wait")
+    )
+    rows = []
+    for name, r in doc["results"].items():
+        cells = []
+        for q in classes:
+            for key in ("jct_by_qos", "wait_by_qos"):
+                value = r.get(key, {}).get(q)
+                cells.append(_number(value["avg_s"] / _HOUR) if value else "-")
+        tds = "".join(f"<td>{c}</td>" for c in cells)
+        rows.append(f"<tr><td>{html.escape(name)}</td>{tds}</tr>")
+    return f"<h2>By priority class</h2><table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>"
+
+
+def _cdf(values: list[float]) -> tuple[list[float], list[float]]:
+    """Points of the empirical CDF, at most ~2,000 (enough for the eye, small in the file)."""
+    values = sorted(values)
+    n = len(values)
+    if not n:
+        return [], []
+    picks = list(range(0, n, max(n // 2000, 1)))
+    if picks[-1] != n - 1:
+        picks.append(n - 1)
+    return [values[i] for i in picks], [(i + 1) / n for i in picks]
+
+
+def _figures(runs: dict[str, RunResult]) -> list[tuple[str, go.Figure]]:
+    out: list[tuple[str, go.Figure]] = []
+    fig = go.Figure()
     for name, run in runs.items():
-        jcts = sorted(o.finish - o.submit for o in run.outcomes)
-        if jcts:
-            ax.plot(jcts, [(i + 1) / len(jcts) for i in range(len(jcts))], label=name)
-    ax.set_xscale("log")
-    ax.set_xlabel("job completion time (s)")
-    ax.set_ylabel("fraction of jobs")
-    ax.legend()
-    out.append(("JCT CDF", _png(fig)))
-    for title, index, label in (
-        ("Queue length over time", 1, "pending jobs"),
-        ("Cluster power over time", 2, "watts"),
-        ("Allocated GPUs over time", 3, "GPUs"),
-    ):
-        fig, ax = plt.subplots(figsize=(7, 3.5))
+        xs, ys = _cdf([(o.finish - o.submit) / _HOUR for o in run.outcomes])
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name))
+    fig.update_xaxes(type="log", title="job completion time (h)")
+    fig.update_yaxes(title="fraction of jobs")
+    out.append(("JCT CDF, every job", fig))
+    classes = sorted({o.qos for run in runs.values() for o in run.outcomes})
+    if len(classes) > 1:
+        for q in classes:
+            fig = go.Figure()
+            for name, run in runs.items():
+                jcts = [(o.finish - o.submit) / _HOUR for o in run.outcomes if o.qos == q]
+                xs, ys = _cdf(jcts)
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name))
+            fig.update_xaxes(type="log", title="job completion time (h)")
+            fig.update_yaxes(title="fraction of jobs")
+            out.append((f"JCT CDF, class {q}", fig))
+    for title, index, unit in _SERIES:
+        fig = go.Figure()
         for name, run in runs.items():
-            ax.plot([s[0] / 3600 for s in run.series], [s[index] for s in run.series], label=name)
-        ax.set_xlabel("hours since trace start")
-        ax.set_ylabel(label)
-        ax.legend()
-        out.append((title, _png(fig)))
+            scale = 1 / 1000 if unit == "kW" else 1.0
+            fig.add_trace(
+                go.Scatter(
+                    x=[s[0] / _HOUR for s in run.series],
+                    y=[s[index] * scale for s in run.series],
+                    mode="lines",
+                    name=name,
+                )
+            )
+        fig.update_xaxes(title="hours since the trace's first arrival")
+        fig.update_yaxes(title=unit)
+        out.append((f"{title} over time", fig))
+    for _, fig in out:
+        fig.update_layout(height=360, margin={"l": 60, "r": 20, "t": 20, "b": 50})
     return out
 
 
-def write_report(path: Path, doc: dict[str, Any], runs: dict[str, RunResult]) -> None:
-    """Write the replay ``doc`` (the JSON contract) and plots of ``runs`` as one HTML file."""
-    rows = []
-    for name, r in doc["results"].items():
-        cells = "".join(
-            f"<td>{r[c]:,.3f}</td>" if isinstance(r[c], float) else f"<td>{r[c]}</td>"
-            for c in _COLUMNS
-        )
-        rows.append(f"<tr><th>{html.escape(name)}</th>{cells}</tr>")
-    head = "".join(f"<th>{c}</th>" for c in _COLUMNS)
-    plots = "".join(
-        f"<h2>{html.escape(t)}</h2><img alt='{html.escape(t)}' src='data:image/png;base64,{img}'>"
-        for t, img in _plots(runs)
-    )
+def write_report(
+    path: Path, doc: dict[str, Any], runs: dict[str, RunResult], baseline: str | None = None
+) -> None:
+    """Write the replay ``doc`` (the JSON contract) and charts of ``runs`` as one HTML file.
+    ``baseline`` (a policy of the replay; default tiresias when replayed) is the
+    denominator of the ratio columns."""
+    if baseline is None and "tiresias" in doc["results"]:
+        baseline = "tiresias"
+    if baseline is not None and baseline not in doc["results"]:
+        raise ValueError(f"baseline {baseline!r} is not among the replayed policies")
+    charts = []
+    for i, (title, fig) in enumerate(_figures(runs)):
+        body = fig.to_html(full_html=False, include_plotlyjs=i == 0, config={"responsive": True})
+        charts.append(f"<h2>{html.escape(title)}</h2>{body}")
+    base = f" Ratios are to <b>{html.escape(baseline)}</b>." if baseline else ""
     path.write_text(
-        "<!doctype html><meta charset='utf-8'>"
+        "<!doctype html><html><head><meta charset='utf-8'>"
         f"<title>gpusched replay: {html.escape(doc['trace'])}</title>"
-        "<style>body{font-family:sans-serif} td,th{padding:2px 6px;text-align:right}</style>"
+        f"<style>{_STYLE}</style></head><body>"
         f"<h1>{html.escape(doc['trace'])} on {html.escape(doc['cluster'])} "
         f"({html.escape(doc['experiment'])})</h1>"
-        f"<table><tr><th>policy</th>{head}</tr>{''.join(rows)}</table>{plots}"
+        f"<p class='note'>Times in hours; energy in MWh from the power model "
+        f"(docs/scheduling.md).{base} The charts are interactive: drag to zoom, click a "
+        f"legend entry to hide a policy.</p>"
+        f"{_summary(doc, baseline)}{_classes(doc)}{''.join(charts)}</body></html>"
     )
