@@ -47,10 +47,12 @@ scenarios:
 def test_the_matrix_runs_every_scenario_and_policy(tmp_path: Path) -> None:
     path = tmp_path / "m.yaml"
     path.write_text(MATRIX)
-    out = tmp_path / "m.json"
+    out, reports = tmp_path / "m.json", tmp_path / "reports"
     result = CliRunner().invoke(
-        app, ["replay", "--matrix", str(path), "--workers", "2", "--json", str(out)]
-    )
+        app,
+        ["replay", "--matrix", str(path), "--workers", "2", "--json", str(out),
+         "--report", str(reports)],
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
     scenarios = doc["scenarios"]
@@ -71,6 +73,12 @@ def test_the_matrix_runs_every_scenario_and_policy(tmp_path: Path) -> None:
     assert ("small-energy", "energy_kwh / tiresias+powersave") in checks
     assert doc["targets"][0]["set"] == "validation"  # the validation set first
     assert "targets of dynamic" in result.output
+    index = (reports / "index.html").read_text()
+    for name in scenarios:
+        assert f"href='{name}.html'" in index
+        page = (reports / f"{name}.html").read_text()
+        assert page.count('class="plotly-graph-div"') >= 5
+    assert "tiresias-t3600" in (reports / "small-tune.html").read_text()
 
 
 def test_a_bad_matrix_names_what_is_wrong(tmp_path: Path) -> None:

@@ -127,7 +127,13 @@ def replay_command(
         float, typer.Option(help="divide inter-arrival times by this (raises load)")
     ] = 1.0,
     seed: Annotated[int, typer.Option(help="seed (runs are deterministic)")] = 0,
-    report: Annotated[Path | None, typer.Option(help="also write an HTML report here")] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            help="also write an HTML report here (with --matrix: a folder of one report "
+            "per scenario and index.html)"
+        ),
+    ] = None,
     matrix: Annotated[
         Path | None,
         typer.Option(help="a scenario matrix (bench/scenarios.yaml): run it instead of one trace"),
@@ -152,12 +158,14 @@ def replay_command(
     if matrix is not None:
         try:
             run_matrix_command(
-                matrix, json_out, matrix_set or ["tune", "validation"], workers, console
+                matrix, json_out, matrix_set or ["tune", "validation"], workers, console, report
             )
         except (SimError, CoreError) as exc:
             console.print(f"[red]error:[/] {exc}")
             raise typer.Exit(2) from exc
         console.print(f"json: {json_out}")
+        if report is not None:
+            console.print(f"reports: {report / 'index.html'}")
         return
     if jobs is None or cluster is None:
         console.print("[red]error:[/] --jobs and --cluster are required (or --matrix FILE)")

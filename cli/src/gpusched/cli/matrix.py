@@ -27,10 +27,15 @@ def _x(ratio: float | None) -> str:
 
 
 def run_matrix_command(
-    path: Path, json_out: Path, sets: list[str], workers: int | None, console: Console
+    path: Path,
+    json_out: Path,
+    sets: list[str],
+    workers: int | None,
+    console: Console,
+    report_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the matrix of ``path`` and print its tables; the document written to
-    ``json_out``."""
+    ``json_out`` (and, with ``report_dir``, a report per scenario and an index page)."""
     matrix, traces = load_matrix(path)
     with progress_bar(console) as progress:
         overall = progress.add_task("all runs", total=0)
@@ -56,7 +61,7 @@ def run_matrix_command(
                 if not console.is_terminal:  # a log line where no bar is drawn
                     console.print(f"done {key} ({len(rows)} runs left)")
 
-        doc = run_matrix(matrix, traces, set(sets), workers, on_event)
+        doc = run_matrix(matrix, traces, set(sets), workers, on_event, report_dir)
     doc["matrix"] = str(path)
     doc["targets"] = [c.as_dict() for c in check_targets(doc)]
     json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import os
 import queue
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -23,8 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpusched.core import Params
 from gpusched.core.policies import policy_names
+from gpusched.sim.engine import RunResult
 from gpusched.sim.errors import SimError
 from gpusched.sim.replay import EXPERIMENTS, replay
+from gpusched.sim.report import write_index, write_report
 from gpusched.sim.traces import load_jobs, traces_dir
 
 __all__ = [
@@ -158,7 +161,17 @@ def _cost(task: _Task) -> float:
     return task.size * _COST.get(base, _COST.get(base.split("-")[0], 1.0))
 
 
-def _run_task(task: _Task, progress: Any) -> tuple[str, str, dict[str, Any], list[dict[str, str]]]:
+@dataclass(frozen=True)
+class _Done:
+    scenario: str
+    policy: str
+    result: dict[str, Any]
+    skipped: list[dict[str, str]]
+    names: tuple[str, str]  # trace and cluster, as the replay names them
+    run: RunResult | None  # for the scenario's report (None when no report is written)
+
+
+def _run_task(task: _Task, progress: Any, keep_run: bool) -> _Done:
     """Worker: one policy over one scenario; progress increments go to ``progress``."""
     scenario = task.scenario
     key = f"{scenario.name}/{task.policy}"
@@ -166,7 +179,7 @@ def _run_task(task: _Task, progress: Any) -> tuple[str, str, dict[str, Any], lis
     def on_progress(n: int) -> None:
         progress.put((key, n))
 
-    doc, _ = replay(
+    doc, runs = replay(
         task.jobs,
         task.cluster,
         [task.runs],
@@ -177,7 +190,14 @@ def _run_task(task: _Task, progress: Any) -> tuple[str, str, dict[str, Any], lis
         on_progress=on_progress,
         window=scenario.window_s,
     )
-    return scenario.name, task.policy, doc["results"][task.runs], doc["skipped"]
+    return _Done(
+        scenario.name,
+        task.policy,
+        doc["results"][task.runs],
+        doc["skipped"],
+        (doc["trace"], doc["cluster"]),
+        runs[task.runs] if keep_run else None,
+    )
 
 
 def _params(values: dict[str, Any]) -> Params | None:
@@ -198,10 +218,15 @@ def run_matrix(
     sets: set[str] | None = None,
     workers: int | None = None,
     on_event: Events | None = None,
+    report_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run every (scenario, policy) of the chosen sets in ``workers`` processes; the
-    matrix document: per scenario its results and ratios, then the summary."""
+    matrix document: per scenario its results and ratios, then the summary. With
+    ``report_dir``, each scenario's HTML report is written there as soon as its runs are
+    done, and ``index.html`` links them."""
     tasks = _tasks(matrix, traces, set(sets or SETS))
+    left = Counter(t.scenario.name for t in tasks)
+    kept: dict[str, dict[str, RunResult]] = {}
     tasks.sort(key=_cost, reverse=True)
     workers = workers or max(os.cpu_count() or 1, 1)
     results: dict[str, dict[str, Any]] = {}
@@ -211,7 +236,7 @@ def run_matrix(
         progress = manager.Queue()
         futures: dict[Future[Any], _Task] = {}
         for task in tasks:
-            futures[pool.submit(_run_task, task, progress)] = task
+            futures[pool.submit(_run_task, task, progress, report_dir is not None)] = task
             if on_event:
                 on_event("start", f"{task.scenario.name}/{task.policy}", task.size)
         pending = set(futures)
@@ -219,11 +244,16 @@ def run_matrix(
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             _drain(progress, on_event)
             for future in done:
-                name, policy, result, skips = future.result()
-                results.setdefault(name, {})[policy] = result
-                skipped[name] = skips
+                d: _Done = future.result()
+                results.setdefault(d.scenario, {})[d.policy] = d.result
+                skipped[d.scenario] = d.skipped
+                left[d.scenario] -= 1
+                if report_dir is not None and d.run is not None:
+                    kept.setdefault(d.scenario, {})[d.policy] = d.run
+                    if not left[d.scenario]:
+                        _scenario_report(report_dir, matrix, d, results, kept.pop(d.scenario))
                 if on_event:
-                    on_event("done", f"{name}/{policy}", 0)
+                    on_event("done", f"{d.scenario}/{d.policy}", 0)
     scenarios = {}
     for scenario in matrix.scenarios:
         if scenario.name not in results:
@@ -235,7 +265,29 @@ def run_matrix(
             "ratios": ratios(ordered),
             "skipped": len(skipped.get(scenario.name, [])),
         }
+    if report_dir is not None:
+        write_index(report_dir / "index.html", scenarios)
     return {"scenarios": scenarios, "summary": summarize_matrix(scenarios)}
+
+
+def _scenario_report(
+    report_dir: Path,
+    matrix: Matrix,
+    done: _Done,
+    results: dict[str, dict[str, Any]],
+    runs: dict[str, RunResult],
+) -> None:
+    scenario = next(s for s in matrix.scenarios if s.name == done.scenario)
+    order = matrix.policies_of(scenario)
+    doc = {
+        "trace": done.names[0],
+        "cluster": done.names[1],
+        "experiment": scenario.experiment,
+        "results": {p: results[scenario.name][p] for p in order},
+    }
+    report_dir.mkdir(parents=True, exist_ok=True)
+    baseline = "tiresias" if "tiresias" in doc["results"] else None
+    write_report(report_dir / f"{scenario.name}.html", doc, {p: runs[p] for p in order}, baseline)
 
 
 def _drain(progress: Any, on_event: Events | None) -> None:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from gpusched.sim.engine import RunResult
 
-__all__ = ["write_report"]
+__all__ = ["write_index", "write_report"]
 
 _HOUR, _KWH_PER_MWH = 3600.0, 1000.0
 # (header, result key, unit divisor); ratios to the baseline for the first three
@@ -174,4 +174,31 @@ def write_report(
         f"(docs/scheduling.md).{base} The charts are interactive: drag to zoom, click a "
         f"legend entry to hide a policy.</p>"
         f"{_summary(doc, baseline)}{_classes(doc)}{''.join(charts)}</body></html>"
+    )
+
+
+def write_index(path: Path, scenarios: dict[str, dict[str, Any]]) -> None:
+    """The page of a scenario matrix: each scenario (set, tags) linking its report, with
+    every policy's avg JCT relative to tiresias where tiresias ran."""
+    policies = list(dict.fromkeys(p for sc in scenarios.values() for p in sc["results"]))
+    rows = []
+    for name, sc in scenarios.items():
+        cells = []
+        for policy in policies:
+            ratio = sc["ratios"].get(policy, {}).get("tiresias", {}).get("avg_jct_s")
+            cells.append(f"<td>{ratio:.2f}</td>" if ratio is not None else "<td>-</td>")
+        link = f"<a href='{html.escape(name)}.html'>{html.escape(name)}</a>"
+        tags = html.escape(", ".join(sc.get("tags", [])))
+        rows.append(
+            f"<tr><td>{link}</td><td>{html.escape(sc['set'])}</td><td>{tags}</td>"
+            f"{''.join(cells)}</tr>"
+        )
+    head = "".join(f"<th>{html.escape(p)}</th>" for p in policies)
+    path.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>gpusched scenarios</title>"
+        f"<style>{_STYLE}</style></head><body><h1>Scenario matrix</h1>"
+        "<p class='note'>Avg JCT of each policy ÷ tiresias's on the same scenario (lower is "
+        "better); each scenario's page has the rest.</p>"
+        f"<table><tr><th>scenario</th><th>set</th><th>tags</th>{head}</tr>{''.join(rows)}"
+        "</table></body></html>"
     )
