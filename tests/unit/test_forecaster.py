@@ -197,6 +197,9 @@ def test_backtest_command_on_a_slice_of_philly(tmp_path: Path) -> None:
         for scores in by_model.values():
             assert scores["mase"] >= 0
             assert 0 <= scores["coverage"] <= 1
+    rows = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert any(line.startswith("│ survival") for line in rows)
+    assert all(len(line) <= 80 and line[-1] in "┓┃┩│┘" for line in rows)  # 80 columns
 
 
 def test_backtest_command_refuses_bad_options(tmp_path: Path) -> None:

@@ -119,14 +119,15 @@ def backtest_command(
     }
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=2) + "\n")
+    # a row per model: as many models as there are, still within 80 columns
     table = Table(title=f"{doc['trace']} {series}: {result['origins']} origins")
-    table.add_column("horizon")
+    table.add_column("model")
+    for label in result["horizons"]:
+        table.add_column(f"{label} MASE", justify="right")
+        table.add_column(f"{label} 80% cover", justify="right")
     for model in models:
-        table.add_column(f"{model} MASE", justify="right")
-        table.add_column("cover", justify="right")
-    for label, by_model in result["horizons"].items():
         cells = []
-        for model in models:
+        for by_model in result["horizons"].values():
             cells += [f"{by_model[model]['mase']:.3f}", f"{by_model[model]['coverage']:.2f}"]
-        table.add_row(label, *cells)
+        table.add_row(model, *cells)
     Console().print(table)
