@@ -140,6 +140,7 @@ def test_queue_nodes_and_cancel_from_the_command_line(platform: Platform) -> Non
         "cli-h100", "pending", "high", 2.0,
     )  # fmt: skip
     assert "H100" in str(row["pending_reason"])
+    assert row["estimated_start"] is None  # it never starts: the core gives no estimate
     table = p.run("queue", "--state", "pending", COLUMNS="80")
     assert "cli-h100" in table
 

@@ -56,6 +56,8 @@ def queue(
     )  # fmt: skip
     for r in rows:
         why = r.pending_reason or ", ".join(r.nodes)
+        if r.estimated_start:
+            why += f" (start ~{r.estimated_start[:16]} UTC)"
         score = "" if r.score is None else f"{r.score:.2f}"
         wait = _hours(r.wait_s) if r.state == "pending" else ""
         table.add_row(

@@ -170,6 +170,11 @@ class PriorityUpdate(Event):
     pending_reason: str | None = Field(
         default=None, description="why the job is not running, in words; None when running"
     )
+    estimated_start: AwareDatetime | None = Field(
+        default=None,
+        description="when the scheduling core expects it to start (its reservation, or when "
+        "the node it waits for is predicted to free up); None when it cannot tell",
+    )
     epoch: Annotated[int, Field(ge=0)] = 0
 
 

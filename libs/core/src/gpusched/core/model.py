@@ -198,3 +198,6 @@ class PendingReason:
     category: PendingCategory
     message: str
     blockers: tuple[str, ...] = field(default=())
+    # the core's estimate of when it starts: its reservation's start, or when the node it
+    # waits for is predicted to free up; None when it cannot tell (priority, never)
+    start_estimate: float | None = None

@@ -52,6 +52,7 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
             f"waiting for {job.request.describe()}; {where} reserved for it from "
             f"~t={res.start:.0f}s",
             res.node_ids,
+            res.start,
         )
     state = scheduler.state
     req = job.request
@@ -88,4 +89,5 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
         f"waiting for {req.describe()} on one node; {node_id} frees up after job {blocker} "
         f"ends at ~t={end:.0f}s; {ahead}{tail}",
         (blocker,),
+        end,
     )

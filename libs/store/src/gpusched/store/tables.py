@@ -124,6 +124,7 @@ _PRIORITY_COLUMNS = (
     "score",
     "components",
     "pending_reason",
+    "estimated_start",
     "epoch",
 )
 _VIEW_COLUMNS = (

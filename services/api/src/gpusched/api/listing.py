@@ -35,6 +35,7 @@ class QueueRow:
     nodes: list[str]
     score: float | None  # the processor's latest priority score (lower runs first)
     pending_reason: str | None
+    estimated_start: str | None  # UTC; the core's estimate, when it can give one
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +85,7 @@ def list_queue(
     rows = read_query(
         f"""
         SELECT j.job_id, tenant, priority_class, gpus, state, toString(since),
-               toUnixTimestamp64Milli(since) / 1000, nodes, p.score, p.reason
+               toUnixTimestamp64Milli(since) / 1000, nodes, p.score, p.reason, p.start
         FROM (
             SELECT job_id,
                    argMax(type, (ts, type = 'running')) AS state,
@@ -96,7 +97,8 @@ def list_queue(
             FROM job_events FINAL GROUP BY job_id
         ) AS j
         LEFT JOIN (
-            SELECT job_id, argMax(score, ts) AS score, argMax(pending_reason, ts) AS reason
+            SELECT job_id, argMax(score, ts) AS score, argMax(pending_reason, ts) AS reason,
+                   argMax(estimated_start, ts) AS start
             FROM priorities FINAL GROUP BY job_id
         ) AS p ON p.job_id = j.job_id
         WHERE {" AND ".join(where)}
@@ -107,7 +109,7 @@ def list_queue(
     ).rows
     now = time.time()
     out = []
-    for job_id, ten, cls, gpus, step, since, since_s, nodes, score, reason in rows:
+    for job_id, ten, cls, gpus, step, since, since_s, nodes, score, reason, start in rows:
         pending = step in _PENDING_STEPS
         out.append(
             QueueRow(
@@ -122,6 +124,7 @@ def list_queue(
                 score=None if score is None or not pending else float(score),
                 # The processor stops updating a job once it runs: its last reason is old.
                 pending_reason=str(reason) if reason and pending else None,
+                estimated_start=str(start) if start and pending else None,
             )
         )
     return out

@@ -58,6 +58,10 @@ def _recorded(record: JobRecord, now: float) -> RecordedJob:
     return RecordedJob(job)
 
 
+def _when(t: float | None) -> datetime | None:
+    return datetime.fromtimestamp(t, UTC) if t is not None else None
+
+
 def compute_priorities(
     records: Iterable[JobRecord],
     nodes: Iterable[NodeRecord],
@@ -94,6 +98,7 @@ def compute_priorities(
                 score=sum(components.values()),
                 components=components,
                 pending_reason=f"{reason.category}: {reason.message}" if reason else None,
+                estimated_start=_when(reason.start_estimate) if reason else None,
                 epoch=epoch,
             )
         )
