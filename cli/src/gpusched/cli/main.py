@@ -158,7 +158,13 @@ def replay_command(
     if matrix is not None:
         try:
             run_matrix_command(
-                matrix, json_out, matrix_set or ["tune", "validation"], workers, console, report
+                matrix,
+                json_out,
+                matrix_set or ["tune", "validation"],
+                workers,
+                console,
+                report,
+                wide,
             )
         except (SimError, CoreError) as exc:
             console.print(f"[red]error:[/] {exc}")

@@ -33,6 +33,7 @@ def run_matrix_command(
     workers: int | None,
     console: Console,
     report_dir: Path | None = None,
+    wide: bool = False,
 ) -> dict[str, Any]:
     """Run the matrix of ``path`` and print its tables; the document written to
     ``json_out`` (and, with ``report_dir``, a report per scenario and an index page)."""
@@ -66,47 +67,71 @@ def run_matrix_command(
     doc["targets"] = [c.as_dict() for c in check_targets(doc)]
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    out = Console(width=max(Console().width, 200))  # a table is cut, never wrapped
+    out = Console()
     for set_name in SETS:
         for name, sc in doc["scenarios"].items():
             if sc["set"] == set_name:
-                out.print(_scenario_table(name, sc))
+                out.print(_scenario_table(name, sc, wide))
     out.print(_summary_table(doc))
     out.print(_targets_table(doc))
     return doc
 
 
-def _scenario_table(name: str, sc: dict[str, Any]) -> Table:
+def _fitted(title: str, header: list[str], rows: list[list[str]], wrap: int = 0) -> Table:
+    """A table whose columns are never narrower than their widest cell (numbers are never
+    cut); the first ``wrap`` columns (text) may fold instead."""
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(header):
+        widest = max((len(row[i]) for row in rows), default=0)
+        if i < wrap:
+            table.add_column(col, overflow="fold")
+        else:
+            table.add_column(
+                col, justify="left" if i == 0 else "right", min_width=widest, no_wrap=True
+            )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _scenario_table(name: str, sc: dict[str, Any], wide: bool = False) -> Table:
+    """Avg/p99 JCT, wait, energy and the ratio to tiresias within 80 columns; ``wide``
+    adds per-class JCT/wait, preemptions, fairness and the other ratios."""
     window = f", window {sc['window_s']}" if sc.get("window_s") else ""
     title = f"[{sc['set']}] {name}: {sc['jobs']} on {sc['cluster']}{window}"
-    table = Table(title=title, title_justify="left")
     classes = sorted(
         {q for r in sc["results"].values() for q in r.get("jct_by_qos", {})}
-        if "classes" in sc["tags"]
+        if wide and "classes" in sc["tags"]
         else set()
     )
-    columns = ["policy", "avg JCT h", "p99 JCT h", "avg wait h"]
-    columns += [f"{q} JCT/wait h" for q in classes]
-    columns += ["preempt", "fair", "MWh", "x tir avg", "x tir p99", "x srpt avg"]
-    for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i == 0 else "right", no_wrap=True)
+    header = ["policy", "avg\nJCT h", "p99\nJCT h", "avg\nwait h", "MWh", "avg\n÷ tir"]
+    if wide:
+        header += [f"{q}\nJCT/wait h" for q in classes]
+        header += ["pre-\nempt", "fair", "p99\n÷ tir", "avg\n÷ srpt"]
+    rows = []
     for policy, r in sc["results"].items():
         refs = sc["ratios"].get(policy, {})
-        cells = [policy, _h(r["avg_jct_s"]), _h(r["p99_jct_s"]), _h(r["avg_wait_s"])]
-        for q in classes:
-            jct = r["jct_by_qos"].get(q, {}).get("avg_s")
-            wait = r["wait_by_qos"].get(q, {}).get("avg_s")
-            cells.append(f"{_h(jct)}/{_h(wait)}")
-        cells += [
-            f"{r['preemptions']:,}",
-            f"{r['fairness']:.2f}",
+        cells = [
+            policy,
+            _h(r["avg_jct_s"]),
+            _h(r["p99_jct_s"]),
+            _h(r["avg_wait_s"]),
             f"{r['energy_kwh'] / 1000:,.1f}",
             _x(refs.get("tiresias", {}).get("avg_jct_s")),
-            _x(refs.get("tiresias", {}).get("p99_jct_s")),
-            _x(refs.get("srpt-oracle", {}).get("avg_jct_s")),
         ]
-        table.add_row(*cells)
-    return table
+        if wide:
+            for q in classes:
+                jct = r["jct_by_qos"].get(q, {}).get("avg_s")
+                wait = r["wait_by_qos"].get(q, {}).get("avg_s")
+                cells.append(f"{_h(jct)}/{_h(wait)}")
+            cells += [
+                f"{r['preemptions']:,}",
+                f"{r['fairness']:.2f}",
+                _x(refs.get("tiresias", {}).get("p99_jct_s")),
+                _x(refs.get("srpt-oracle", {}).get("avg_jct_s")),
+            ]
+        rows.append(cells)
+    return _fitted(title, header, rows)
 
 
 def _summary_table(doc: dict[str, Any]) -> Table:
@@ -130,17 +155,16 @@ def _summary_table(doc: dict[str, Any]) -> Table:
 
 
 def _targets_table(doc: dict[str, Any]) -> Table:
-    table = Table(title="targets of dynamic", title_justify="left")
-    for col in ("set", "scenario", "target", "measured", "limit", "met"):
-        table.add_column(col, justify="right" if col in ("measured", "limit") else "left")
-    for c in doc["targets"]:
-        met = "[green]yes[/]" if c["met"] else "[red]NO[/]"
-        table.add_row(
+    rows = [
+        [
             c["set"],
             c["scenario"] or "(all)",
             c["target"],
             f"{c['measured']:.3f}",
             f"{'>=' if c.get('at_least') else '<='} {c['limit']:.2f}",
-            met,
-        )
-    return table
+            "yes" if c["met"] else "NO",
+        ]
+        for c in doc["targets"]
+    ]
+    header = ["set", "scenario", "target", "measured", "limit", "met"]
+    return _fitted("targets of dynamic", header, rows, wrap=3)
