@@ -36,7 +36,10 @@ def sql(
     if as_json:
         typer.echo(json.dumps({"columns": answer.columns, "rows": answer.rows}, default=str))
         return
-    table = Table(*answer.columns)
+    # Values fold onto more lines rather than being cut, whatever the terminal's width.
+    table = Table()
+    for column in answer.columns:
+        table.add_column(column, overflow="fold")
     for row in answer.rows:
         table.add_row(*("NULL" if v is None else str(v) for v in row))
     Console().print(table)
