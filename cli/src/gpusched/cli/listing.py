@@ -6,7 +6,8 @@ dependency (store, API) unreachable or a bad option."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, TypeVar
 
 import httpx
 import typer
@@ -20,6 +21,7 @@ from gpusched.store import StoreError
 __all__ = ["cancel", "nodes", "queue"]
 
 console = Console()
+T = TypeVar("T")
 
 
 def _table(title: str, *columns: str) -> Table:
@@ -29,6 +31,15 @@ def _table(title: str, *columns: str) -> Table:
         right = name.startswith(">")
         table.add_column(name.lstrip(">"), justify="right" if right else "left", overflow="fold")
     return table
+
+
+def _listing(read: Callable[[], list[T]]) -> list[T]:
+    """The rows ``read`` gives; a bad filter or an unreachable store exits 2, saying why."""
+    try:
+        return read()
+    except (InvalidJob, StoreError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
 
 
 def _hours(seconds: float) -> str:
@@ -42,11 +53,7 @@ def queue(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Jobs not ended: pending ones in priority order with why they wait, then running."""
-    try:
-        rows = list_queue(state=state, tenant=tenant, priority_class=priority_class)
-    except (InvalidJob, StoreError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+    rows = _listing(lambda: list_queue(state=state, tenant=tenant, priority_class=priority_class))
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in rows]))
         return
@@ -71,11 +78,7 @@ def nodes(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Every node: model, GPUs free of total, power state, health, jobs running."""
-    try:
-        rows = list_nodes(state=state)
-    except StoreError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+    rows = _listing(lambda: list_nodes(state=state))
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in rows]))
         return

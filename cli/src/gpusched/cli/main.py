@@ -27,6 +27,7 @@ from gpusched.cli.services import (
     submit,
 )
 from gpusched.cli.sql import sql
+from gpusched.cli.tables import fitted_table
 from gpusched.core import CoreError
 from gpusched.forecaster import ForecastOutlook
 from gpusched.sim import SimError, replay
@@ -63,9 +64,7 @@ def _cell(value: object, fmt: str) -> str:
 
 
 def _replay_table(doc: dict[str, Any], experiment: str, placement: str, wide: bool) -> Table:
-    """One row per policy; a column is never narrower than its widest cell, so a number
-    or a policy name is never cut (a table wider than the terminal is, at its right
-    edge: --wide needs a wide terminal)."""
+    """One row per policy; no number or policy name is cut (--wide needs a wide terminal)."""
     columns = [(title, key, fmt) for title, key, fmt, default in _TABLE if wide or default]
     if experiment == "packing":
         columns += [
@@ -76,15 +75,8 @@ def _replay_table(doc: dict[str, Any], experiment: str, placement: str, wide: bo
         [name, *(_cell(r[key], fmt) for _, key, fmt in columns)]
         for name, r in doc["results"].items()
     ]
-    table = Table(title=f"{doc['trace']} on {doc['cluster']} ({experiment}, {placement})")
-    for i, title in enumerate(["policy", *(c[0] for c in columns)]):
-        widest = max((len(row[i]) for row in rows), default=0)
-        table.add_column(
-            title, justify="left" if i == 0 else "right", min_width=widest, no_wrap=True
-        )
-    for row in rows:
-        table.add_row(*row)
-    return table
+    title = f"{doc['trace']} on {doc['cluster']} ({experiment}, {placement})"
+    return fitted_table(title, ["policy", *(c[0] for c in columns)], rows)
 
 
 @app.callback()

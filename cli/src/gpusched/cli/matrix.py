@@ -12,6 +12,7 @@ from rich.progress import TaskID
 from rich.table import Table
 
 from gpusched.cli.progress import progress_bar
+from gpusched.cli.tables import fitted_table
 from gpusched.sim.matrix import SETS, load_matrix, run_matrix
 from gpusched.sim.targets import check_targets
 
@@ -77,23 +78,6 @@ def run_matrix_command(
     return doc
 
 
-def _fitted(title: str, header: list[str], rows: list[list[str]], wrap: int = 0) -> Table:
-    """A table whose columns are never narrower than their widest cell (numbers are never
-    cut); the first ``wrap`` columns (text) may fold instead."""
-    table = Table(title=title, title_justify="left")
-    for i, col in enumerate(header):
-        widest = max((len(row[i]) for row in rows), default=0)
-        if i < wrap:
-            table.add_column(col, overflow="fold")
-        else:
-            table.add_column(
-                col, justify="left" if i == 0 else "right", min_width=widest, no_wrap=True
-            )
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
 def _scenario_table(name: str, sc: dict[str, Any], wide: bool = False) -> Table:
     """Avg/p99 JCT, wait, energy and the ratio to tiresias within 80 columns; ``wide``
     adds per-class JCT/wait, preemptions, fairness and the other ratios."""
@@ -131,7 +115,7 @@ def _scenario_table(name: str, sc: dict[str, Any], wide: bool = False) -> Table:
                 _x(refs.get("srpt-oracle", {}).get("avg_jct_s")),
             ]
         rows.append(cells)
-    return _fitted(title, header, rows)
+    return fitted_table(title, header, rows, title_justify="left")
 
 
 def _summary_table(doc: dict[str, Any]) -> Table:
@@ -167,4 +151,4 @@ def _targets_table(doc: dict[str, Any]) -> Table:
         for c in doc["targets"]
     ]
     header = ["set", "scenario", "target", "measured", "limit", "met"]
-    return _fitted("targets of dynamic", header, rows, wrap=3)
+    return fitted_table("targets of dynamic", header, rows, wrap=3, title_justify="left")

@@ -89,6 +89,7 @@ class LocalKube(Daemons):
     """etcd and kube-apiserver under ``workdir`` (token auth, every request allowed)."""
 
     token = TOKEN
+    up_timeout_s = 90.0  # kube-apiserver takes longer than Slurm's daemons
 
     def __init__(self, workdir: Path) -> None:
         super().__init__(workdir / "log")
@@ -99,9 +100,6 @@ class LocalKube(Daemons):
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
-
-    def up(self, timeout_s: float = 90.0) -> None:
-        super().up(timeout_s)
 
     def _start(self, timeout_s: float) -> None:
         if not shutil.which("etcd"):

@@ -123,15 +123,16 @@ class Daemons:
 
     stop_order: tuple[str, ...] = ()  # names stopped first, in this order; the rest after
     log_suffix = ".log"
+    up_timeout_s = 60.0  # how long ``up`` waits for each daemon by default
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.pids: dict[str, int] = {}
 
-    def up(self, timeout_s: float) -> None:
+    def up(self, timeout_s: float | None = None) -> None:
         """Start every daemon; if one fails, stop those already started and raise."""
         try:
-            self._start(timeout_s)
+            self._start(timeout_s or self.up_timeout_s)
         except BaseException:
             self.down()  # a fixture whose set-up fails never reaches its tear-down
             raise

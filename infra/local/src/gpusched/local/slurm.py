@@ -147,9 +147,6 @@ class LocalSlurm(Daemons):
         out = self.scontrol("token", "username=root", f"lifespan={lifespan_s}")
         return out.strip().split("=", 1)[1]
 
-    def up(self, timeout_s: float = 60.0) -> None:
-        super().up(timeout_s)
-
     def _start(self, timeout_s: float) -> None:
         ensure_packages()
         self._write()

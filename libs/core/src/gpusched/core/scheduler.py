@@ -243,11 +243,12 @@ class Scheduler:
             self._excluded, self._dirty = out, True
         # 2. admit
         if self._dirty and len(self.queue):
-            self.state.hide(sorted(out))
+            hidden = sorted(out)
+            self.state.hide(hidden)
             try:
                 self._admit(now, result.decisions)
             finally:
-                self.state.unhide(sorted(out))
+                self.state.unhide(hidden)
         self._dirty = False
         # 3. power
         for decision in self.policy.power(now):
