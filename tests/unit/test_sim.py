@@ -30,6 +30,8 @@ RESULT_KEYS = {
     "idle_energy_kwh",
     "floor_energy_kwh",
     "preemptions",
+    "wake_wait_s",
+    "parked_node_hours",
     "fairness",
     "sim_wall_s",
 }
@@ -96,6 +98,25 @@ def test_replay_is_deterministic_and_complete(traces: Path) -> None:
         assert result["jobs"] == 60
     # Under 8x load the oracle bound beats FIFO on mean completion time.
     assert first["results"]["srpt-oracle"]["avg_jct_s"] < first["results"]["fifo"]["avg_jct_s"]
+
+
+def test_wake_wait_and_parked_node_hours_have_known_answers(tmp_path: Path) -> None:
+    # Two 8-GPU nodes. Job a runs 100 s on one at t=0; both nodes are then idle past
+    # SuspendTime (600 s) and are parked; job b (16 GPUs) arrives at 10,000 s and waits
+    # for both to wake (180 s, the power model's wake latency).
+    cluster = tmp_path / "two.cluster.csv"
+    cluster.write_text(
+        "node_id,gpu_type,num_gpu,cpu_milli,memory_mib\n"
+        "n0,V100,8,64000,491520\nn1,V100,8,64000,491520\n"
+    )
+    jobs = _write(tmp_path, "a,0,100,8,,,,,\nb,10000,100,16,,,,,\n")
+    doc, _ = replay(jobs, cluster, ["fifo", "fifo+powersave"])
+    plain, saving = doc["results"]["fifo"], doc["results"]["fifo+powersave"]
+    assert plain["wake_wait_s"] == 0 and plain["parked_node_hours"] == 0
+    assert saving["wake_wait_s"] == pytest.approx(180.0)
+    assert saving["avg_wait_s"] == pytest.approx(90.0)  # a did not wait, b waited the wake
+    # parked from 600 s (n1, idle from the start) and 700 s (n0) to the window's end
+    assert saving["parked_node_hours"] == pytest.approx((9400 + 9300) / 3600)
 
 
 def test_packing_reports_allocation_at_first_failure(traces: Path, tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from gpusched.cli.services import forecast
 from gpusched.forecaster import ForecasterSettings, backtest, offered_demand
 from gpusched.forecaster.backtest import BACKTEST_MODELS, JobModel
 from gpusched.forecaster.series import JobDemand
-from gpusched.forecaster.survival import JobSpan, survival_forecast
+from gpusched.forecaster.survival import JobSpan, demand_forecast, survival_forecast
 from gpusched.sim import SimError
 from gpusched.sim.traces import load_jobs, trace_name
 
@@ -57,8 +57,9 @@ def backtest_command(
     min_train: Annotated[str, typer.Option(help="history before the first origin")] = "14d",
     workers: Annotated[int, typer.Option(help="fits run in parallel")] = 2,
 ) -> None:
-    """Backtest Prophet, seasonal-naive, last-value and the survival model on the demand
-    a trace offers (the survival model only for gpu_demand series of the whole cluster).
+    """Backtest the forecasting models on the demand a trace offers: last_value,
+    seasonal_naive, prophet (plain, for reference) and, for gpu_demand series, survival
+    and forecaster (what the forecaster service publishes for them).
 
     Model settings (history window, changepoint prior, interval width) are the
     forecaster's (GPUSCHED_FORECASTER_*)."""
@@ -84,11 +85,17 @@ def backtest_command(
     every_steps = _steps(parse_duration(every), step_s, "--every")
     train_steps = _steps(parse_duration(min_train), step_s, "--min-train")
     job_models: dict[str, JobModel] = {}
-    if series == "gpu_demand/all":
+    metric, scope = series.split("/", 1)
+    if metric == "gpu_demand":
         spans = [
-            JobSpan(j.submit_time, j.submit_time + j.duration_s, j.request.num_gpu) for j in trace
+            JobSpan.of(j.submit_time, j.duration_s, j.request.num_gpu)
+            for j in trace
+            if scope in JobDemand.of(j.job()).scopes()
         ]
-        job_models["survival"] = lambda t, horizon: survival_forecast(spans, t, horizon, cfg)
+        job_models["survival"] = lambda _, t, horizon: survival_forecast(spans, t, horizon, cfg)
+        job_models["forecaster"] = lambda history, t, horizon: demand_forecast(
+            spans, history, t, horizon, cfg
+        )
     models = (*BACKTEST_MODELS, *job_models)
     with progress_bar(console) as progress:
         origins = max((len(values) - max(leads.values()) - train_steps) // every_steps + 1, 0)

@@ -46,6 +46,8 @@ _TABLE = (
     ("util", "gpu_util", "{:.2f}", False),
     ("energy\nMWh", "energy_kwh", "mwh", True),
     ("above\nfloor MWh", "idle_energy_kwh", "mwh", False),
+    ("wake\nwait h", "wake_wait_s", "h", False),
+    ("parked\nnode-h", "parked_node_hours", "{:,.0f}", False),
     ("pre-\nempt", "preemptions", "{:,d}", True),
     ("fair-\nness", "fairness", "{:.2f}", False),
     ("wall\ns", "sim_wall_s", "{:,.0f}", False),

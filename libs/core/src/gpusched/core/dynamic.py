@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from gpusched.core.model import Decision, Job, ParkNode, PowerState, WakeNode
 from gpusched.core.policy import Key, Policy
-from gpusched.core.powersave import wake_for_waiting
+from gpusched.core.powersave import next_idle_deadline, wake_for_waiting
 
 if TYPE_CHECKING:
     from gpusched.core.scheduler import Scheduler
@@ -115,15 +115,24 @@ class Dynamic(Policy):
     def tick_s(self) -> float:
         return self.p.dynamic_tick_s
 
+    def power_timer(self, now: float) -> float | None:
+        """When an idle node may next be parked (its park-after time is reached)."""
+        if not self.p.dynamic_energy_aware:
+            return None
+        after = self.p.dynamic_park_after_s
+        if self.s.outlook is not None:
+            after = min(after, self.p.dynamic_forecast_park_after_s)
+        return next_idle_deadline(self.s, now, after)
+
     def power(self, now: float) -> list[Decision]:
         """Wake what waiting jobs can use; keep on what runs and a headroom; park the rest
         after a while."""
         if not self.p.dynamic_energy_aware:
             return []
-        waking = wake_for_waiting(self.s, now)
-        woken = {d.node_id for d in waking}
-        decisions: list[Decision] = list(waking)
-        held = self.s.reserved_nodes()
+        needs = wake_for_waiting(self.s, now)
+        woken = {d.node_id for d in needs.wake}
+        decisions: list[Decision] = list(needs.wake)
+        held = self.s.reserved_nodes() | needs.held
         state = self.s.state
         allocated = 0.0
         capacity = 0.0

@@ -90,6 +90,10 @@ class RunResult:
     floor_energy_j: float = 0.0
     preemptions: int = 0
     makespan_s: float = 0.0
+    parked_node_s: float = 0.0  # node-seconds parked (not waking) within the window
+    # time jobs waited, between their submission and their start, for a node they were
+    # then placed on to finish waking
+    wake_wait_s: float = 0.0
     wall_s: float = 0.0
     # packing
     alloc_frac_at_first_failure: float | None = None
@@ -147,6 +151,8 @@ class Simulation:
         self._total_w = 0.0
         self._floor_w = 0.0
         self._allocated = 0.0
+        self._parked = 0
+        self._woken: dict[str, tuple[float, float]] = {}  # node -> (wake issued, ready)
 
     # -- events ---------------------------------------------------------------------------
     def _push(self, t: float, kind: _Kind, ref: str, token: int = 0) -> None:
@@ -189,6 +195,7 @@ class Simulation:
             now = self._events[0][0]
             meter.advance(now)
             res.allocated_gpu_s += self._allocated * _overlap(last_t, now, res.window)
+            res.parked_node_s += self._parked * _overlap(last_t, now, res.window)
             last_t = now
             new_arrival = None
             while self._events and self._events[0][0] == now:
@@ -217,10 +224,14 @@ class Simulation:
             if arrivals % sample_every == 0 or not self._events:
                 off = sum(1 for n in sched.state.nodes.values() if n.power is not PowerState.ON)
                 res.series.append((now, len(sched.queue), self._total_w, self._allocated, off))
-            wake = sched.next_wakeup(now)
             # Arrival-only packing has no timers: jobs never leave, nothing else can change.
-            has_work = self.experiment != "packing" and (len(sched.queue) or sched.running)
-            if wake is not None and has_work and (timer_at is None or wake < timer_at):
+            # With no job waiting or running only power timers matter (parking idle nodes
+            # on time); the others would tick through the gaps of the trace for nothing.
+            wake = None
+            if self.experiment != "packing":
+                busy = len(sched.queue) or sched.running
+                wake = sched.next_wakeup(now) if busy else sched.policy.power_timer(now)
+            if wake is not None and (timer_at is None or wake < timer_at):
                 timer_at = wake
                 self._push(wake, _Kind.TIMER, "")
         if progress:
@@ -276,6 +287,8 @@ class Simulation:
             if isinstance(d, Place):
                 # Arrival-only packing: jobs never leave.
                 left = float("inf") if self.experiment == "packing" else self._left[d.job_id]
+                if d.job_id not in self._token:  # its first start
+                    self._waited_for_wake(d, now)
                 token = self._token.get(d.job_id, 0) + 1
                 self._token[d.job_id] = token
                 self._started_at[d.job_id] = now
@@ -296,9 +309,23 @@ class Simulation:
                     self._touch(node_id)
             elif isinstance(d, WakeNode):
                 self._push(now + self.power.wake_latency_s, _Kind.WAKE, d.node_id)
+                self._woken[d.node_id] = (now, now + self.power.wake_latency_s)
+                self._parked -= 1
                 self._touch(d.node_id)
             elif isinstance(d, ParkNode):
+                self._parked += 1
                 self._touch(d.node_id)
+
+    def _waited_for_wake(self, place: Place, now: float) -> None:
+        """Adds the time the job waited for the last wake of any node it is placed on:
+        from its submission (or the wake, if later) until that node was ready."""
+        submit = self.trace[place.job_id].submit_time
+        waited = 0.0
+        for a in place.allocations:
+            issued, ready = self._woken.get(a.node_id, (now, now))
+            if submit < ready <= now:
+                waited = max(waited, ready - max(submit, issued))
+        self.result.wake_wait_s += waited
 
     def _packing_failure(self, job_id: str, now: float) -> None:
         res = self.result

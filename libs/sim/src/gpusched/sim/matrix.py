@@ -300,7 +300,16 @@ def _drain(progress: Any, on_event: Events | None) -> None:
             on_event("advance", key, n)
 
 
-_RATIO_FIGURES = ("avg_jct_s", "p99_jct_s", "avg_wait_s", "preemptions", "fairness", "energy_kwh")
+_RATIO_FIGURES = (
+    "avg_jct_s",
+    "p99_jct_s",
+    "avg_wait_s",
+    "preemptions",
+    "fairness",
+    "energy_kwh",
+    "idle_energy_kwh",
+    "wake_wait_s",
+)
 
 
 def ratios(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, float | None]]]:

@@ -23,10 +23,11 @@ __all__ = ["BACKTEST_MODELS", "backtest"]
 
 BACKTEST_MODELS = ("prophet", "seasonal_naive", "last_value")
 
-CALIBRATED = ("prophet", "survival")  # intervals from past out-of-sample errors
+CALIBRATED = ("prophet", "survival", "forecaster")  # intervals from past out-of-sample errors
 
-JobModel = Callable[[float, int], Forecast]
-"""A model that reads the jobs themselves: (origin time, horizon steps) -> forecast."""
+JobModel = Callable[[np.ndarray, float, int], Forecast]
+"""A model that reads the jobs themselves: (series history, origin time, horizon steps)
+-> forecast."""
 
 
 def backtest(
@@ -40,9 +41,9 @@ def backtest(
     on_fit: Callable[[str], None] | None = None,
     job_models: Mapping[str, JobModel] | None = None,
 ) -> dict[str, Any]:
-    """MASE and interval coverage per horizon (label -> steps ahead) and model: the series
-    models of ``BACKTEST_MODELS`` and ``job_models`` (e.g. ``survival``), which forecast
-    from the jobs known at each origin rather than from the series."""
+    """MASE, interval coverage and the number of origins scored, per horizon (label ->
+    steps ahead) and model: the series models of ``BACKTEST_MODELS`` and ``job_models``
+    (``survival``, ``forecaster``), which also read the jobs known at each origin."""
     job_models = job_models or {}
     models: Sequence[str] = (*BACKTEST_MODELS, *job_models)
     longest = max(horizons.values())
@@ -73,7 +74,7 @@ def backtest(
         origin_t = start + o * cfg.step_s
         calibrator.observe(values[:o], start, origin_t)
         for name, job_model in job_models.items():
-            forecasts[f"{name}@{o}"] = job_model(origin_t, longest)
+            forecasts[f"{name}@{o}"] = job_model(values[:o], origin_t, longest)
         for model in models:
             f: Forecast = forecasts[f"{model}@{o}"]
             if model in CALIBRATED:
@@ -89,6 +90,7 @@ def backtest(
                 model: {
                     "mase": round(float(np.mean(errors[label][model])), 4),
                     "coverage": round(float(np.mean(hits[label][model])), 4),
+                    "n": len(errors[label][model]),
                 }
                 for model in models
             }

@@ -16,18 +16,24 @@ forecast is the median of the draws (absolute error, which MASE scores, is minim
 the median; arrivals are heavy-tailed, so their mean would overshoot most of the time) and
 the interval their quantiles. Nothing after ``now`` is read: a job's end counts only if
 it is at or before ``now``.
+
+``demand_forecast`` is what the forecaster publishes for demand series (model name
+``forecaster``): the equal-weight mean of this model and last-value. Chosen by the
+rolling backtest on philly_dev and the gavel traces (docs/results.md): the survival model
+alone is better where departures dominate and worse where bursts of arrivals do, and the
+plain mean of the two, with no weight to learn, loses less where either loses.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gpusched.forecaster.models import Forecast, ModelConfig, quantiles
+from gpusched.forecaster.models import Forecast, ModelConfig, last_value, quantiles
 
-__all__ = ["JobSpan", "km_survival", "survival_forecast"]
+__all__ = ["JobSpan", "demand_forecast", "km_survival", "survival_forecast"]
 
 DAY_S = 86400.0
 
@@ -105,3 +111,23 @@ def survival_forecast(
         yhat[k] = np.median(total)
         lower[k], upper[k] = np.quantile(total, [lo_q, hi_q])
     return Forecast("survival", now, cfg.step_s, yhat, lower, upper).clipped()
+
+
+def demand_forecast(
+    jobs: Sequence[JobSpan], history: np.ndarray, now: float, horizon: int, cfg: ModelConfig
+) -> Forecast:
+    """The forecaster's demand model: the mean of ``survival_forecast`` (from ``jobs``)
+    and last-value (from ``history``, the demand series up to ``now``), point forecast
+    and interval alike; the interval is calibrated from its own errors downstream."""
+    s = survival_forecast(jobs, now, horizon, cfg)
+    if len(history) == 0:
+        return replace(s, model="forecaster", note="no series history: survival model alone")
+    lv = last_value(history, now, horizon, cfg)
+    return Forecast(
+        "forecaster",
+        now,
+        cfg.step_s,
+        (s.yhat + lv.yhat) / 2,
+        (s.lower + lv.lower) / 2,
+        (s.upper + lv.upper) / 2,
+    ).clipped()
