@@ -87,11 +87,14 @@ def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
         )
     }
     assert set(by_series) == expected
+    # demand series: the forecaster's model (survival + last-value) from the jobs of the
+    # scope; arrival series: Prophet
     model, note, points, ordered = by_series["gpu_demand/tenant=team-a"]
-    assert (model, note, points, ordered) == ("prophet", None, 36, 1)  # 6 h of 10 min
+    assert (model, note, points, ordered) == ("forecaster", None, 36, 1)  # 6 h of 10 min
+    assert by_series["arrivals/tenant=team-a"][0] == "prophet"
     # team-b is seen only in the last six hours: the same series start (zeros before it
     # was first seen) gives it three days too, so it is fitted by Prophet as well ...
-    assert by_series["gpu_demand/tenant=team-b"][0] == "prophet"
+    assert by_series["arrivals/tenant=team-b"][0] == "prophet"
     # ... and the forecast reaches 6 h past the last closed step, from now.
     first, last = p.sql(
         "SELECT min(target_ts), max(target_ts) FROM forecasts FINAL WHERE series = 'gpu_demand/all'"
@@ -103,11 +106,21 @@ def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
         p.scalar("SELECT max(yhat) FROM forecasts FINAL WHERE series = 'gpu_demand/tenant=team-a'")
         > 0
     )
+    # gpusched forecast show: the latest forecast of a series, 6 h of it, as JSON and as a
+    # table within 80 columns
+    shown = json.loads(p.run("forecast", "show", "gpu_demand/all", "--json"))
+    assert (shown["model"], len(shown["points"])) == ("forecaster", 36)
+    assert all(pt["lower"] <= pt["yhat"] <= pt["upper"] for pt in shown["points"])
+    table = p.run("forecast", "show", "gpu_demand/all", "--hours", "1", COLUMNS="80")
+    rows = [line for line in table.splitlines() if line.startswith("│")]
+    assert len(rows) == 6
+    assert all(len(line) <= 80 and line.endswith("│") for line in rows)
 
 
 def test_history_from_the_store_and_the_fallback(pipeline: Pipeline, topic_prefix: str) -> None:
     """A forecaster whose jobs topic is empty still forecasts from the store's history;
-    with under two days of it every series falls back to seasonal-naive and says so."""
+    with under two days of it the arrival series fall back to seasonal-naive and say so
+    (the demand model needs no minimum)."""
     p = pipeline
     now = datetime.now(UTC)
     recent = [e for e in _history(now) if e.ts >= now - 36 * HOUR]
@@ -123,10 +136,12 @@ def test_history_from_the_store_and_the_fallback(pipeline: Pipeline, topic_prefi
     ensure_topics(p.bootstrap, other)
     p.run("forecast", "serve", "--rounds", "1", timeout=300, GPUSCHED_TOPIC_PREFIX=other)
     forecasts = asyncio.run(_read_forecasts(p.bootstrap, FORECASTS.name(other)))
+    arrivals = forecasts["arrivals/all"]
+    assert arrivals.model == "seasonal_naive"
+    assert arrivals.note is not None
+    assert "Prophet" in arrivals.note
     demand = forecasts["gpu_demand/all"]
-    assert demand.model == "seasonal_naive"
-    assert demand.note is not None
-    assert "Prophet" in demand.note
+    assert demand.model == "forecaster"
     assert len(demand.points) == 36
     assert json.loads(demand.model_dump_json())["metric"] == "gpu_demand"
 

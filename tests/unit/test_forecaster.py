@@ -193,7 +193,13 @@ def test_backtest_command_on_a_slice_of_philly(tmp_path: Path) -> None:
     assert set(doc["horizons"]) == {"1h", "6h"}
     assert doc["horizons"]["6h"]["seasonal_naive"]["mase"] > 0
     for by_model in doc["horizons"].values():
-        assert set(by_model) == {"prophet", "seasonal_naive", "last_value", "survival", "forecaster"}
+        assert set(by_model) == {
+            "prophet",
+            "seasonal_naive",
+            "last_value",
+            "survival",
+            "forecaster",
+        }
         for scores in by_model.values():
             assert scores["mase"] >= 0
             assert 0 <= scores["coverage"] <= 1

@@ -112,7 +112,8 @@ def test_wake_wait_and_parked_node_hours_have_known_answers(tmp_path: Path) -> N
     jobs = _write(tmp_path, "a,0,100,8,,,,,\nb,10000,100,16,,,,,\n")
     doc, _ = replay(jobs, cluster, ["fifo", "fifo+powersave"])
     plain, saving = doc["results"]["fifo"], doc["results"]["fifo+powersave"]
-    assert plain["wake_wait_s"] == 0 and plain["parked_node_hours"] == 0
+    assert plain["wake_wait_s"] == 0
+    assert plain["parked_node_hours"] == 0
     assert saving["wake_wait_s"] == pytest.approx(180.0)
     assert saving["avg_wait_s"] == pytest.approx(90.0)  # a did not wait, b waited the wake
     # parked from 600 s (n1, idle from the start) and 700 s (n0) to the window's end

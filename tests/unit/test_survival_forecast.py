@@ -113,6 +113,7 @@ def test_forecaster_after_a_step_holds_the_new_level() -> None:
     old = [JobSpan(-7 * DAY + i, None, 4.0) for i in range(4)]
     new = [JobSpan(-2 * HOUR + i, None, 4.0) for i in range(12)]
     history = _demand(old + new, 0.0, -7 * DAY)
-    assert history[0] == 16.0 and history[-1] == 64.0
+    assert history[0] == 16.0
+    assert history[-1] == 64.0
     f = demand_forecast(old + new, history, now=0.0, horizon=36, cfg=CFG)
     assert f.yhat == pytest.approx(np.full(36, 64.0))

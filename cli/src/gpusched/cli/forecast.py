@@ -1,10 +1,12 @@
-"""``gpusched forecast backtest``: rolling-origin evaluation of the demand forecasters."""
+"""``gpusched forecast backtest``: rolling-origin evaluation of the demand forecasters;
+``gpusched forecast show``: the latest published forecast of a series, from the store."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -20,8 +22,19 @@ from gpusched.forecaster.series import JobDemand
 from gpusched.forecaster.survival import JobSpan, demand_forecast, survival_forecast
 from gpusched.sim import SimError
 from gpusched.sim.traces import load_jobs, trace_name
+from gpusched.store import StoreError, read_query
 
 __all__ = ["forecast_app", "parse_duration"]
+
+_SERIES = re.compile(r"[A-Za-z0-9_]+/[A-Za-z0-9_.:|=+-]+")
+_LATEST_SQL = """
+SELECT toString(target_ts), yhat, lower, upper, model, note, toString(generated_at),
+       interval_width
+FROM forecasts FINAL
+WHERE series = '{series}'
+  AND generated_at = (SELECT max(generated_at) FROM forecasts WHERE series = '{series}')
+ORDER BY target_ts
+"""
 
 forecast_app = typer.Typer(help="Demand forecasting.", no_args_is_help=True)
 forecast_app.command("serve")(forecast)
@@ -138,3 +151,68 @@ def backtest_command(
             cells += [f"{by_model[model]['mase']:.3f}", f"{by_model[model]['coverage']:.2f}"]
         table.add_row(model, *cells)
     Console().print(table)
+
+
+@forecast_app.command("show")
+def show_command(
+    series: Annotated[str, typer.Argument(help="e.g. gpu_demand/all, arrivals/class=high")] = (
+        "gpu_demand/all"
+    ),
+    hours: Annotated[float, typer.Option(help="how far ahead to show")] = 6.0,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """The latest published forecast of one series (from the store): each step's
+    forecast, its interval and a bar. Exit 1: no forecast of that series; 2: the store
+    is unreachable or the name is malformed."""
+    if not _SERIES.fullmatch(series):
+        console.print(f"[red]error:[/] {series!r} is not a series name like gpu_demand/all")
+        raise typer.Exit(2)
+    try:
+        rows = read_query(_LATEST_SQL.format(series=series)).rows
+        if not rows:
+            names = read_query("SELECT DISTINCT series FROM forecasts ORDER BY series").rows
+    except StoreError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+    if not rows:
+        known = ", ".join(r[0] for r in names) or "none yet (is the forecaster running?)"
+        console.print(f"[red]error:[/] no forecast of {series!r}; series forecast: {known}")
+        raise typer.Exit(1)
+    first = rows[0][0]
+    step_s = 0.0 if len(rows) < 2 else _seconds_between(rows[0][0], rows[1][0])
+    shown = rows[: max(int(hours * 3600 / step_s), 1)] if step_s else rows
+    model, note, generated, width = rows[0][4], rows[0][5], rows[0][6], rows[0][7]
+    if as_json:
+        points = [{"ts": r[0], "yhat": r[1], "lower": r[2], "upper": r[3]} for r in shown]
+        doc = {"series": series, "model": model, "note": note, "generated_at": generated,
+               "interval_width": width, "points": points}  # fmt: skip
+        typer.echo(json.dumps(doc))
+        return
+    top = max(float(r[3]) for r in shown) or 1.0
+    table = Table(
+        title=f"{series}: {model}, made {generated[:16]} UTC",
+        caption=note,
+    )
+    table.add_column("time (UTC)")
+    table.add_column("forecast", justify="right")
+    table.add_column(f"{width:.0%} interval", justify="right")
+    table.add_column(f"0 .. {top:,.0f}", no_wrap=True)
+    for ts, yhat, lower, upper, *_ in shown:
+        table.add_row(ts[5:16] if ts[:10] != first[:10] else ts[11:16], f"{yhat:,.1f}",
+                      f"{lower:,.1f} - {upper:,.1f}", _bar(yhat, lower, upper, top))  # fmt: skip
+    Console().print(table)
+
+
+def _seconds_between(a: str, b: str) -> float:
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds()
+
+
+def _bar(yhat: float, lower: float, upper: float, top: float, width: int = 24) -> str:
+    """The forecast as a bar (█), its interval as shading around its end (░)."""
+    cells = [" "] * width
+    lo, hi, mid = (min(round(v / top * width), width) for v in (lower, upper, yhat))
+    for i in range(lo, hi):
+        cells[i] = "░"
+    for i in range(mid):
+        cells[i] = "█"
+    return "".join(cells)

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from gpusched.cli.progress import progress_bar
 from gpusched.cli.tables import fitted_table
+from gpusched.forecaster import ForecastOutlook
 from gpusched.sim.matrix import SETS, load_matrix, run_matrix
 from gpusched.sim.targets import check_targets
 
@@ -63,7 +64,9 @@ def run_matrix_command(
                 if not console.is_terminal:  # a log line where no bar is drawn
                     console.print(f"done {key} ({len(rows)} runs left)")
 
-        doc = run_matrix(matrix, traces, set(sets), workers, on_event, report_dir)
+        doc = run_matrix(
+            matrix, traces, set(sets), workers, on_event, report_dir, ForecastOutlook.from_settings
+        )
     doc["matrix"] = str(path)
     doc["targets"] = [c.as_dict() for c in check_targets(doc)]
     json_out.parent.mkdir(parents=True, exist_ok=True)

@@ -24,9 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpusched.core import Params
 from gpusched.core.policies import policy_names
-from gpusched.sim.engine import RunResult
+from gpusched.sim.engine import RunResult, TraceOutlook
 from gpusched.sim.errors import SimError
-from gpusched.sim.replay import EXPERIMENTS, replay
+from gpusched.sim.replay import EXPERIMENTS, VARIANTS, replay
 from gpusched.sim.report import write_index, write_report
 from gpusched.sim.traces import load_jobs, traces_dir
 
@@ -79,7 +79,7 @@ class Matrix(_Strict):
 
     @model_validator(mode="after")
     def _known_names(self) -> Matrix:
-        known = set(policy_names())
+        known = {*policy_names(), *VARIANTS}
         for name, variant in self.variants.items():
             if variant.policy not in known:
                 raise ValueError(f"variant {name}: unknown policy {variant.policy!r}")
@@ -94,7 +94,7 @@ class Matrix(_Strict):
                 if policy not in known and policy not in self.variants:
                     raise ValueError(
                         f"scenario {scenario.name}: unknown policy {policy!r}; accepted: "
-                        f"{', '.join([*policy_names(), *self.variants])}"
+                        f"{', '.join([*policy_names(), *VARIANTS, *self.variants])}"
                     )
         return self
 
@@ -111,6 +111,7 @@ class _Task:
     jobs: Path
     cluster: Path
     size: int  # jobs in the scenario, for progress and for ordering
+    outlook: Callable[[], TraceOutlook] | None  # makes a demand forecast (picklable)
 
 
 def load_matrix(path: Path) -> tuple[Matrix, Path]:
@@ -130,7 +131,9 @@ def _trace_path(traces: Path, name: str) -> Path:
     return path if path.is_absolute() or path.exists() else traces / name
 
 
-def _tasks(matrix: Matrix, traces: Path, sets: set[str]) -> list[_Task]:
+def _tasks(
+    matrix: Matrix, traces: Path, sets: set[str], outlook: Callable[[], TraceOutlook] | None
+) -> list[_Task]:
     tasks = []
     for scenario in matrix.scenarios:
         if scenario.set not in sets:
@@ -147,7 +150,7 @@ def _tasks(matrix: Matrix, traces: Path, sets: set[str]) -> list[_Task]:
             variant = matrix.variants.get(policy)
             runs = variant.policy if variant else policy
             params = variant.params if variant else {}
-            tasks.append(_Task(scenario, policy, runs, params, jobs, cluster, size))
+            tasks.append(_Task(scenario, policy, runs, params, jobs, cluster, size, outlook))
     return tasks
 
 
@@ -188,6 +191,7 @@ def _run_task(task: _Task, progress: Any, keep_run: bool) -> _Done:
         scenario.time_scale,
         params=_params(task.params),
         on_progress=on_progress,
+        outlook=task.outlook,
         window=scenario.window_s,
     )
     return _Done(
@@ -219,12 +223,15 @@ def run_matrix(
     workers: int | None = None,
     on_event: Events | None = None,
     report_dir: Path | None = None,
+    outlook: Callable[[], TraceOutlook] | None = None,
 ) -> dict[str, Any]:
     """Run every (scenario, policy) of the chosen sets in ``workers`` processes; the
     matrix document: per scenario its results and ratios, then the summary. With
     ``report_dir``, each scenario's HTML report is written there as soon as its runs are
-    done, and ``index.html`` links them."""
-    tasks = _tasks(matrix, traces, set(sets or SETS))
+    done, and ``index.html`` links them. ``outlook`` (a picklable factory, as for
+    ``replay``) gives the policies that read one a demand forecast; ``dynamic-noforecast``
+    runs without."""
+    tasks = _tasks(matrix, traces, set(sets or SETS), outlook)
     left = Counter(t.scenario.name for t in tasks)
     kept: dict[str, dict[str, RunResult]] = {}
     tasks.sort(key=_cost, reverse=True)

@@ -2,8 +2,9 @@
 
 On start it folds the job history the store holds (so series reach back beyond the
 topic's retention), then the jobs topic from its first offset (repeats are harmless: the
-series count each job once), and fits every series at once; then it refits every
-``forecaster_refit_s``. Each series' forecast is published to the forecasts topic (keyed
+series count each job once), and forecasts every series at once (demand series with the
+forecaster model of `gpusched.forecaster.survival`, arrival series with Prophet); then every
+``forecaster_refit_s`` again. Each series' forecast is published to the forecasts topic (keyed
 by series name), where the sink stores it and the dispatcher reads it.
 """
 
@@ -25,6 +26,7 @@ from gpusched.forecaster.fitting import FitTask, fit_many
 from gpusched.forecaster.models import Calibrator, Forecast, local_scale
 from gpusched.forecaster.series import JobDemand, SeriesBuilder
 from gpusched.forecaster.settings import ForecasterSettings
+from gpusched.forecaster.survival import JobSpan, demand_forecast
 from gpusched.store import StoreError, StoreSettings, read_query
 
 __all__ = ["DemandFolder", "run_forecaster"]
@@ -38,6 +40,7 @@ FROM {db}.job_events FINAL
 WHERE type IN ('submitted', 'finished', 'failed', 'cancelled')
 ORDER BY ts
 """
+_DEMAND = "gpu_demand/"
 _CATCH_UP_S = 60.0
 _RETRY_S = 30.0
 
@@ -108,8 +111,15 @@ def to_message(name: str, forecast: Forecast, width: float) -> DemandForecast:
     )
 
 
+Snapshot = tuple[float, float, dict[str, Any], dict[str, list[JobSpan]]]
+"""(origin, start of the forecasts, every series' closed steps, the jobs of each
+gpu_demand series' scope)."""
+
+
 class Refitter:
-    """Fits every series the folder has, calibrates, and returns the messages.
+    """Forecasts every series the folder has, calibrates, and returns the messages:
+    ``gpu_demand`` series with the forecaster's demand model (``demand_forecast``, from
+    the jobs of its scope), ``arrivals`` series with Prophet (``forecast_auto``).
 
     ``snapshot`` runs on the event loop (the folder changes there); ``fit`` may run in a
     thread, on the snapshot only.
@@ -121,20 +131,31 @@ class Refitter:
         self.horizon = max(round(settings.forecaster_horizon_s / self.cfg.step_s), 1)
         self._calibrators: dict[str, Calibrator] = {}
 
-    def snapshot(self, builder: SeriesBuilder, now: float) -> tuple[float, float, dict[str, Any]]:
-        """(origin, start of the forecasts, every series' closed steps) as of ``now``."""
+    def snapshot(self, builder: SeriesBuilder, now: float) -> Snapshot:
         builder.advance(now)
-        return builder.origin, builder.closed_until, dict(builder.items())
+        builder.forget_ended_before(now - self.cfg.history_s)
+        history = dict(builder.items())
+        scopes = {name.split("/", 1)[1] for name in history if name.startswith(_DEMAND)}
+        spans = {scope: builder.spans(scope) for scope in scopes}
+        return builder.origin, builder.closed_until, history, spans
 
-    def fit(self, snapshot: tuple[float, float, dict[str, Any]]) -> list[DemandForecast]:
-        origin, start, history = snapshot
-        tasks = {name: FitTask(values, start, self.horizon) for name, values in history.items()}
+    def fit(self, snapshot: Snapshot) -> list[DemandForecast]:
+        origin, start, history, spans = snapshot
+        tasks = {
+            name: FitTask(values, start, self.horizon)
+            for name, values in history.items()
+            if not name.startswith(_DEMAND)
+        }
         forecasts = fit_many(
             tasks,
             self.cfg,
             self.settings.forecaster_workers,
             self.settings.forecaster_fit_budget_s,
         )
+        for name, values in history.items():
+            if name.startswith(_DEMAND):
+                jobs = spans[name.split("/", 1)[1]]
+                forecasts[name] = demand_forecast(jobs, values, start, self.horizon, self.cfg)
         messages = []
         for name, forecast in sorted(forecasts.items()):
             calibrator = self._calibrators.setdefault(name, Calibrator(self.cfg.interval_width))

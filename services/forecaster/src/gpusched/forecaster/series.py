@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpusched.core import Job
+from gpusched.forecaster.survival import JobSpan
 
 __all__ = ["JobDemand", "SeriesBuilder", "offered_demand", "series_name"]
 
@@ -55,6 +56,13 @@ class JobDemand:
         )
 
 
+@dataclass(slots=True)
+class _Seen:
+    submit: float
+    end: float | None
+    demand: JobDemand
+
+
 def series_name(metric: str, scope: str) -> str:
     return f"{metric}/{scope}"
 
@@ -74,6 +82,7 @@ class SeriesBuilder:
         self._since = self.origin  # last change inside the open step
         self._closed: dict[str, list[float]] = {}  # series name -> one value per step
         self._steps = 0
+        self._spans: dict[str, _Seen] = {}  # every job seen, for the models that read jobs
 
     # -- folding ------------------------------------------------------------------------
     def submitted(self, job_id: str, demand: JobDemand, t: float) -> None:
@@ -82,6 +91,7 @@ class SeriesBuilder:
             return
         self._move_to(t)
         self._jobs[job_id] = demand
+        self._spans[job_id] = _Seen(t, None, demand)
         for scope in demand.scopes():
             self._level[scope] = self._level.get(scope, 0.0) + demand.gpus
             self._arrived[scope] = self._arrived.get(scope, 0.0) + demand.gpus
@@ -92,6 +102,7 @@ class SeriesBuilder:
         if demand is None:
             return
         self._ended.add(job_id)  # redelivered events (at-least-once) must not count twice
+        self._spans[job_id].end = t
         self._move_to(t)
         for scope in demand.scopes():
             self._level[scope] = max(self._level[scope] - demand.gpus, 0.0)
@@ -147,6 +158,21 @@ class SeriesBuilder:
     def items(self) -> Iterator[tuple[str, np.ndarray]]:
         for name in self.names():
             yield name, self.values(name)
+
+    def spans(self, scope: str) -> list[JobSpan]:
+        """The jobs of one scope (``all``, ``model=V100`` ...) with when they came and
+        went (``end`` None: still present)."""
+        return [
+            JobSpan(s.submit, s.end, s.demand.gpus)
+            for s in self._spans.values()
+            if scope in s.demand.scopes()
+        ]
+
+    def forget_ended_before(self, t: float) -> None:
+        """Drop the spans of jobs that ended before ``t`` (older than any model reads)."""
+        gone = [jid for jid, s in self._spans.items() if s.end is not None and s.end < t]
+        for job_id in gone:
+            del self._spans[job_id]
 
 
 def offered_demand(
