@@ -70,6 +70,7 @@ class Pipeline:
             "GPUSCHED_SINK_FLUSH_S": "0.5",
             "GPUSCHED_PROCESSOR_DATA_DIR": str(self.workdir / "processor"),
             "GPUSCHED_PROCESSOR_PRIORITY_INTERVAL_S": "1",
+            "GPUSCHED_API_TOKENS_FILE": str(self.workdir / "tokens.json"),
         }
 
     def start(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
@@ -87,6 +88,19 @@ class Pipeline:
 
     def run(self, name: str, *args: str, timeout: float = 120, **env: str) -> str:
         """Run ``gpusched <name> <args>`` to completion; its output (raises if it failed)."""
+        code, out = self._run(name, args, timeout, env)
+        assert code == 0, f"gpusched {name} failed ({code}):\n{out}"
+        return out
+
+    def run_failing(self, name: str, *args: str, timeout: float = 120, **env: str) -> str:
+        """Run ``gpusched <name> <args>``, which must fail (exit 1 or 2); its output."""
+        code, out = self._run(name, args, timeout, env)
+        assert code in (1, 2), f"gpusched {name} exited {code}, not 1 or 2:\n{out}"
+        return out
+
+    def _run(
+        self, name: str, args: tuple[str, ...], timeout: float, env: dict[str, str]
+    ) -> tuple[int, str]:
         done = subprocess.run(
             [str(GPUSCHED), name, *args],
             env={**self.env, **env},
@@ -94,9 +108,7 @@ class Pipeline:
             timeout=timeout,
             check=False,
         )
-        out = done.stdout.decode() + done.stderr.decode()
-        assert done.returncode == 0, f"gpusched {name} failed ({done.returncode}):\n{out}"
-        return out
+        return done.returncode, done.stdout.decode() + done.stderr.decode()
 
     def kill(self, name: str) -> None:
         """SIGKILL a service (a crash: nothing is flushed)."""

@@ -17,9 +17,16 @@ class Platform:
     pipeline: Pipeline
     api: str
     run_dir: Path
+    token: str  # an admin token of the API
 
     def pid(self, service: str) -> int:
         return int((self.run_dir / f"{service}.pid").read_text())
+
+    def client(self) -> httpx.Client:
+        """A client of the API presenting the admin token."""
+        return httpx.Client(
+            base_url=self.api, timeout=30, headers={"Authorization": f"Bearer {self.token}"}
+        )
 
 
 @pytest.fixture
@@ -51,6 +58,8 @@ def platform(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterato
             lambda: p.scalar("SELECT uniqExact(node_id) FROM node_views") == 16,
             120,
         )
-        yield Platform(p, api, run_dir)
+        out = p.run("token", "create", "--role", "admin", "--name", "e2e")
+        (token,) = [line for line in out.splitlines() if line.startswith("gst_")]
+        yield Platform(p, api, run_dir, token)
     finally:
         p.stop()

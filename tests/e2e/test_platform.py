@@ -20,9 +20,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 JOBS = 200
 
 
-def _submit(api: str, prefix: str, count: int) -> list[str]:
+def _submit(platform: Platform, prefix: str, count: int) -> list[str]:
     ids = []
-    with httpx.Client(base_url=api, timeout=30) as client:
+    with platform.client() as client:
         for i in range(count):
             body = {
                 "gpus": [1, 2, 4, 8, 0.5][i % 5],
@@ -72,8 +72,11 @@ def _all_finished(platform: Platform, prefix: str, ids: list[str]) -> dict[str, 
 
 def test_two_hundred_jobs_through_the_api(platform: Platform) -> None:
     p = platform.pipeline
-    ids = _submit(platform.api, "e2e", JOBS)
-    with httpx.Client(base_url=platform.api) as client:
+    ids = _submit(platform, "e2e", JOBS)
+    anonymous = httpx.post(f"{platform.api}/jobs", json={"gpus": 1})
+    assert anonymous.status_code == 401  # the platform starts with access control on
+    assert "Bearer" in anonymous.json()["detail"]
+    with platform.client() as client:
         for body, field in (
             ({"gpus": -1}, "gpus"),
             ({"gpus": 1.5}, "gpus"),
@@ -95,7 +98,7 @@ def test_two_hundred_jobs_through_the_api(platform: Platform) -> None:
     placed_by_decision = {job_id: n for job_id, n in decisions}
     for job_id, kinds in steps.items():
         assert placed_by_decision[job_id] == kinds["placed"], job_id  # none refused
-    with httpx.Client(base_url=platform.api) as client:
+    with platform.client() as client:
         status = client.get(f"/jobs/{ids[0]}").json()
         assert status["state"] == "finished"
         assert status["priority"] is None or status["priority"]["pending_reason"] is None
@@ -104,13 +107,13 @@ def test_two_hundred_jobs_through_the_api(platform: Platform) -> None:
 
 def test_dispatcher_sigkill_mid_run(platform: Platform) -> None:
     p = platform.pipeline
-    early = _submit(platform.api, "early", JOBS // 2)
+    early = _submit(platform, "early", JOBS // 2)
     p.wait_for(
         "some jobs placed",
         lambda: p.scalar("SELECT count() FROM job_events WHERE type = 'placed'") >= 20,
     )
     os.kill(platform.pid("dispatch"), signal.SIGKILL)
-    late = _submit(platform.api, "late", JOBS // 2)  # while no dispatcher runs
+    late = _submit(platform, "late", JOBS // 2)  # while no dispatcher runs
     _all_finished(platform, "early", early)
     _all_finished(platform, "late", late)
     epochs = p.sql("SELECT DISTINCT epoch FROM placements ORDER BY epoch")
@@ -151,5 +154,7 @@ def test_queue_nodes_and_cancel_from_the_command_line(platform: Platform) -> Non
     }  # fmt: skip
     assert "16 node(s)" in p.run("nodes", COLUMNS="80")
 
-    assert "cli-h100: cancel requested" in p.run("cancel", "cli-h100", "--api", platform.api)
+    cancel = ("cancel", "cli-h100", "--api", platform.api)
+    assert "401" in p.run_failing(*cancel)  # no token
+    assert "cli-h100: cancel requested" in p.run(*cancel, GPUSCHED_TOKEN=platform.token)
     p.wait_for("the cancelled job to leave the queue", lambda: listed() == [])

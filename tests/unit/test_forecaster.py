@@ -240,7 +240,9 @@ def test_outlook_refits_on_what_the_simulation_has_shown_it() -> None:
     run = sim.run()
     assert outlook.refits >= 3
     assert set(outlook.forecasts) == {"gpu_demand/all", "arrivals/class=high"}
-    assert outlook.forecasts["gpu_demand/all"].model == "prophet"  # 3 days seen at the last
+    # the service's models: total demand from the jobs seen, class arrivals by Prophet
+    assert outlook.forecasts["gpu_demand/all"].model == "forecaster"
+    assert outlook.forecasts["arrivals/class=high"].model == "prophet"  # 3 days seen
     assert len(run.outcomes) == len(jobs)
     t = outlook.forecasts["arrivals/class=high"].start
     assert outlook.arrivals(t, 1800, "high") == pytest.approx(0.0, abs=1e-6)  # none in it

@@ -102,12 +102,19 @@ def cancel(
     api: Annotated[
         str | None, typer.Option(help="the REST API (default http://GPUSCHED_API_HOST:_PORT)")
     ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="GPUSCHED_TOKEN", help="a submitter (or above) token", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Cancel jobs through the REST API (pending: withdrawn; running: stopped)."""
     settings = ApiSettings()
     url = (api or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
     refused = 0
-    with httpx.Client(base_url=url, timeout=30) as client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with httpx.Client(base_url=url, timeout=30, headers=headers) as client:
         for job_id in job_ids:
             try:
                 response = client.delete(f"/jobs/{job_id}")

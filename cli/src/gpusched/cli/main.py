@@ -28,6 +28,7 @@ from gpusched.cli.services import (
 )
 from gpusched.cli.sql import sql
 from gpusched.cli.tables import fitted_table
+from gpusched.cli.tokens import token_app
 from gpusched.core import CoreError
 from gpusched.forecaster import ForecastOutlook
 from gpusched.sim import SimError, replay
@@ -101,6 +102,7 @@ app.command("cancel")(cancel)
 app.command("feed")(feed)
 app.command("up")(up)
 app.add_typer(forecast_app, name="forecast")
+app.add_typer(token_app, name="token")
 
 
 @app.command("replay")

@@ -24,6 +24,8 @@ import httpx
 import typer
 from rich.console import Console
 
+from gpusched.api import ApiSettings
+from gpusched.api.tokens import Role, TokenFile
 from gpusched.contracts.provision import ensure_topics
 from gpusched.local.kafka import LocalBroker
 from gpusched.local.procs import gpusched_executable, var_dir
@@ -188,6 +190,11 @@ def up(
     ]
     if feed_trace:
         services.append(Service("feed", ["feed", "--jobs", str(feed_trace), "--speed", str(speed)]))
+    # An admin token for this session, revoked when it stops; the children that call the
+    # API (the CLI commands a user types in this shell) read GPUSCHED_TOKEN.
+    tokens = TokenFile(ApiSettings().api_tokens_file)
+    session, token = tokens.create(Role.ADMIN, name=f"session-{os.getpid()}-{int(time.time())}")
+    env["GPUSCHED_TOKEN"] = token
     stop = [False]
 
     def on_signal(*_: object) -> None:
@@ -202,6 +209,9 @@ def up(
         console.print(
             f"\n[bold green]gpusched is up[/] (logs and pids in {run_dir})\n"
             f"  REST API      {api}/docs   (OpenAPI: {api}/openapi.json)\n"
+            f"  admin token   {token}\n"
+            f"                (this session only: export GPUSCHED_TOKEN=<it> for gpusched "
+            f"cancel; curl -H 'Authorization: Bearer <it>'; more: gpusched token create)\n"
             f"  submit        gpusched submit --gpus 2 --tenant me   then   gpusched status <id>\n"
             f'  SQL           gpusched sql "SELECT type, count() FROM job_events GROUP BY type"\n'
             f"  cluster       http://127.0.0.1:{sim_port}/nodes\n"
@@ -211,5 +221,6 @@ def up(
     finally:
         console.print("stopping ...")
         sup.stop_all()
+        tokens.revoke(session.id)
         if broker is not None:
             broker.down()

@@ -120,6 +120,7 @@ async def publish(bootstrap: str, prefix: str, events: list[JobEvent]) -> None:
 @dataclass(frozen=True, slots=True)
 class JobStatus:
     job_id: str
+    tenant: str  # "" when the store has its later steps but not its submission
     state: str  # the last lifecycle step recorded: submitted, running, finished, ...
     node_ids: list[str]
     since: str
@@ -128,6 +129,7 @@ class JobStatus:
     def as_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
+            "tenant": self.tenant,
             "state": self.state,
             "node_ids": self.node_ids,
             "since": self.since,
@@ -140,13 +142,15 @@ def job_status(job_id: str, store: StoreSettings | None = None) -> JobStatus | N
     if not _ID.match(job_id):
         raise InvalidJob("job_id", "letters, digits and . _ : - only, at most 128")
     steps = read_query(
-        "SELECT type, node_ids, toString(ts) FROM job_events FINAL "
-        f"WHERE job_id = '{job_id}' ORDER BY ts DESC, type = 'running' DESC LIMIT 1",
+        "SELECT type, node_ids, toString(ts), "
+        f"(SELECT any(tenant) FROM job_events WHERE job_id = '{job_id}' AND type = 'submitted') "
+        f"FROM job_events FINAL WHERE job_id = '{job_id}' "
+        "ORDER BY ts DESC, type = 'running' DESC LIMIT 1",
         store,
     ).rows
     if not steps:
         return None
-    state, node_ids, since = steps[0]
+    state, node_ids, since, tenant = steps[0]
     rows = read_query(
         "SELECT score, components, pending_reason, policy FROM priorities FINAL "
         f"WHERE job_id = '{job_id}' ORDER BY ts DESC LIMIT 1",
@@ -164,4 +168,4 @@ def job_status(job_id: str, store: StoreSettings | None = None) -> JobStatus | N
             "pending_reason": reason if waiting else None,
             "policy": policy,
         }
-    return JobStatus(job_id, str(state), list(node_ids), str(since), priority)
+    return JobStatus(job_id, str(tenant or ""), str(state), list(node_ids), str(since), priority)

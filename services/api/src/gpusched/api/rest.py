@@ -1,6 +1,10 @@
 """The REST API (FastAPI; OpenAPI at /openapi.json, docs at /docs and /redoc): submit, look
 up and cancel jobs. Run it with ``gpusched api``.
 
+Every route but the health check and the docs needs a bearer token (``gpusched.api.auth``):
+reading needs ``viewer``, submitting and cancelling ``submitter`` acting for the job's
+tenant.
+
 The docs pages load Swagger UI and ReDoc from files shipped in the fastapi-offline package,
 never from a CDN: they work on an air-gapped cluster. ReDoc's bundle fetches its footer
 logo from cdn.redoc.ly (hard-coded); ``/redoc`` serves that bundle with the logo pointed at
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import cache
@@ -18,14 +23,16 @@ from importlib import resources
 from typing import Annotated, Any
 
 from aiokafka import AIOKafkaProducer
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.openapi.docs import get_redoc_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
-from gpusched.api.jobs import InvalidJob, SubmitJob, cluster_models, job_status
+from gpusched.api.auth import Access, require_tenant
+from gpusched.api.jobs import InvalidJob, JobStatus, SubmitJob, cluster_models, job_status
 from gpusched.api.listing import JobState, NodeState, list_nodes, list_queue
 from gpusched.api.settings import ApiSettings
+from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts import JobEvent, JobEventType, encode
 from gpusched.contracts.topics import JOBS
 from gpusched.store import StoreError, StoreSettings
@@ -34,6 +41,7 @@ __all__ = ["rest_app"]
 
 _REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
 _BLANK_SVG = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E"
+_RECENT_JOBS = 100_000  # submissions remembered for cancels the store has not caught up to
 
 
 @cache
@@ -46,6 +54,12 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     topic = JOBS.name(settings.topic_prefix)
     kafka: dict[str, AIOKafkaProducer] = {}
     catalog: dict[str, Any] = {"models": {}, "at": -1e9}
+    access = Access(TokenFile(settings.api_tokens_file), settings.api_auth)
+    # (defaults, not Annotated aliases: annotations are strings here, resolved in the
+    # module's namespace, where these locals are not)
+    viewer = Depends(access.needs(Role.VIEWER))
+    submitter = Depends(access.needs(Role.SUBMITTER))
+    accepted: OrderedDict[str, str] = OrderedDict()  # job id -> tenant, newest last
 
     async def models() -> dict[str, int]:
         if time.monotonic() - catalog["at"] > settings.api_catalog_ttl_s:
@@ -87,14 +101,19 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.post("/jobs", status_code=201)
-    async def submit(job: SubmitJob) -> dict[str, str]:
+    async def submit(job: SubmitJob, who: TokenRecord = submitter) -> dict[str, str]:
         """Validate a job and publish it to the jobs topic; its id comes back."""
+        require_tenant(who, job.tenant)
         event = job.event(await models())
         await kafka["producer"].send_and_wait(topic, encode(event), key=event.job_id.encode())
+        accepted[event.job_id] = job.tenant
+        if len(accepted) > _RECENT_JOBS:
+            accepted.popitem(last=False)
         return {"job_id": event.job_id, "status": f"/jobs/{event.job_id}"}
 
     @app.get("/jobs")
     async def queue(
+        _: TokenRecord = viewer,
         state: JobState | None = None,
         tenant: str | None = None,
         priority_class: str | None = None,
@@ -108,7 +127,9 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         return [r.as_dict() for r in rows]
 
     @app.get("/nodes")
-    async def nodes(state: NodeState | None = None) -> list[dict[str, Any]]:
+    async def nodes(
+        _: TokenRecord = viewer, state: NodeState | None = None
+    ) -> list[dict[str, Any]]:
         """Every node's latest live view (GPUs free of total, power, health, jobs)."""
         try:
             rows = await asyncio.to_thread(list_nodes, store, state)
@@ -117,19 +138,31 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         return [r.as_dict() for r in rows]
 
     @app.get("/jobs/{job_id}")
-    async def status(job_id: str) -> dict[str, Any]:
+    async def status(job_id: str, _: TokenRecord = viewer) -> dict[str, Any]:
         """State, nodes, priority with its components, and why it waits (from the store)."""
-        try:
-            found = await asyncio.to_thread(job_status, job_id, store)
-        except StoreError as exc:
-            raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+        found = await _lookup(job_id)
         if found is None:
             raise HTTPException(404, f"no job {job_id} in the store (yet)")
         return found.as_dict()
 
+    async def _lookup(job_id: str) -> JobStatus | None:
+        try:
+            return await asyncio.to_thread(job_status, job_id, store)
+        except StoreError as exc:
+            raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+
     @app.delete("/jobs/{job_id}", status_code=202)
-    async def cancel(job_id: str) -> dict[str, str]:
-        """Ask for a job to be cancelled (pending: withdrawn; running: stopped)."""
+    async def cancel(job_id: str, who: TokenRecord = submitter) -> dict[str, str]:
+        """Ask for a job to be cancelled (pending: withdrawn; running: stopped): a job of a
+        tenant the token acts for; 404 for a job neither this API accepted nor the store
+        knows."""
+        tenant = accepted.get(job_id)
+        if tenant is None:
+            found = await _lookup(job_id)
+            if found is None:
+                raise HTTPException(404, f"no job {job_id}")
+            tenant = found.tenant
+        require_tenant(who, tenant)
         event = JobEvent(
             event_id=f"user-{uuid.uuid4().hex}", job_id=job_id, type=JobEventType.CANCELLED
         )

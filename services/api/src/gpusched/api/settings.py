@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gpusched.contracts import KafkaSettings
+from gpusched.store import checkout_root
 
 __all__ = ["ApiSettings"]
 
 
 class ApiSettings(KafkaSettings):
-    """Where the REST API listens, and how fresh its view of the cluster's GPUs is."""
+    """Where the REST API listens, who may use it, and how fresh its view of the cluster's
+    GPUs is."""
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
 
@@ -19,4 +23,13 @@ class ApiSettings(KafkaSettings):
     api_port: int = Field(default=18080, ge=1, le=65535, description="REST API port")
     api_catalog_ttl_s: float = Field(
         default=30.0, ge=0, description="how long the cluster's GPU models are cached"
+    )
+    api_auth: bool = Field(
+        default=True,
+        description="require a bearer token on every route (off only for tests that say why)",
+    )
+    api_tokens_file: Path = Field(
+        default_factory=lambda: checkout_root() / "var" / "tokens.json",
+        description="the token records (hashes, roles, tenants); "
+        "default <checkout>/var/tokens.json",
     )

@@ -4,7 +4,8 @@ It folds the arrivals and ends it is told about into the forecaster's series, re
 ``refit_s`` of scheduler time on what it has seen so far (so in a trace replay it never
 sees the trace's future), and answers the core's ``DemandOutlook`` questions from the
 latest forecasts. The simulator feeds it directly; the models, series and calibration
-are the forecaster service's own.
+are the forecaster service's own: total demand with the forecaster model
+(``demand_forecast``, from the jobs seen), class arrivals with Prophet (``forecast_auto``).
 
 A refit runs in worker processes while the simulation goes on, and its forecasts are
 put in use ``delay_s`` of scheduler time after the data they were fitted on ends (the
@@ -25,6 +26,7 @@ from gpusched.forecaster.fitting import FitTask, submit_fits
 from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, local_scale
 from gpusched.forecaster.series import JobDemand, SeriesBuilder
 from gpusched.forecaster.settings import ForecasterSettings
+from gpusched.forecaster.survival import demand_forecast
 
 __all__ = ["ForecastOutlook"]
 
@@ -101,10 +103,24 @@ class ForecastOutlook:
         assert self._builder is not None
         start = self._builder.closed_until
         history = {name: self._builder.values(name) for name in self.wanted}
-        tasks = {name: FitTask(values, start, self.horizon) for name, values in history.items()}
+        tasks = {
+            name: FitTask(values, start, self.horizon)
+            for name, values in history.items()
+            if name != DEMAND_SERIES
+        }
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers)
-        self._fitting = (now + self.delay_s, history, submit_fits(self._pool, tasks, self.cfg))
+        self._builder.forget_ended_before(start - self.cfg.history_s)
+        futures = submit_fits(self._pool, tasks, self.cfg)
+        futures[DEMAND_SERIES] = self._pool.submit(
+            demand_forecast,
+            self._builder.spans("all"),
+            history[DEMAND_SERIES],
+            start,
+            self.horizon,
+            self.cfg,
+        )
+        self._fitting = (now + self.delay_s, history, futures)
 
     def _install(self) -> None:
         assert self._builder is not None
