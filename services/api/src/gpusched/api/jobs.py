@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, encode
 from gpusched.contracts.topics import JOBS
@@ -37,7 +37,10 @@ class InvalidJob(ValueError):
 
 
 class SubmitJob(BaseModel):
-    """A job to run: a gang of whole GPUs, or a share (< 1) of one."""
+    """A job to run: a gang of whole GPUs, or a share (< 1) of one. Unknown fields are
+    refused (a misspelt ``gpu_modle`` must not silently mean "any model")."""
+
+    model_config = ConfigDict(extra="forbid")
 
     gpus: float = Field(ge=0, le=4096, description="GPUs at once (0 < x < 1: a share of one)")
     gpu_model: str | None = Field(default=None, description="e.g. V100; empty: any model")
