@@ -60,10 +60,18 @@ def settings_table() -> str:
 
 
 def params_table() -> str:
-    """A markdown table: every scheduling parameter's name, default and meaning."""
-    lines = ["| parameter | default | meaning |", "|---|---|---|"]
-    for name, (default, meaning) in Params.describe().items():
-        lines.append(f"| `{name}` | `{default!r}` | {meaning} |")
+    """A markdown table: every scheduling parameter's name, default, unit, bounds,
+    whether only an admin may change it, and meaning."""
+    lines = [
+        "| parameter | default | unit | bounds | admin only | meaning |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, spec in Params.specs().items():
+        bounds = "" if spec.lo is None else f"{spec.lo:g} .. {spec.hi:g}"
+        admin = "yes" if spec.dangerous else ""
+        lines.append(
+            f"| `{name}` | `{spec.default!r}` | {spec.unit} | {bounds} | {admin} | {spec.doc} |"
+        )
     return "\n".join(lines)
 
 

@@ -8,7 +8,9 @@ import time
 import httpx
 import pytest
 
-from tests.pipeline import Pipeline, free_port
+from gpusched.contracts import ControlParameter, encode
+from gpusched.contracts.topics import CONTROL
+from tests.pipeline import Pipeline, free_port, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -51,6 +53,7 @@ def test_roles_routes_tenants_and_revocation(pipeline: Pipeline) -> None:
         return [
             ("GET", "/jobs", {}, "viewer"),
             ("GET", "/nodes", {}, "viewer"),
+            ("GET", "/params", {}, "viewer"),
             ("GET", f"/jobs/{job_id}", {}, "viewer"),
             ("POST", "/jobs", submit, "submitter"),
             ("DELETE", f"/jobs/{job_id}", {}, "submitter"),
@@ -92,3 +95,31 @@ def test_roles_routes_tenants_and_revocation(pipeline: Pipeline) -> None:
     listed = p.run("token", "list", "--json", "--revoked")
     assert '"name":"s"' in listed.replace(" ", "")
     assert "secret_hash" not in listed
+
+
+def test_params_show_bounds_and_what_is_in_force(pipeline: Pipeline) -> None:
+    """GET /params: every parameter with its bounds; a value set on the control topic is
+    in force, one outside its bounds is shown as refused (as the services refuse it)."""
+    p = pipeline
+    p.start("sink")
+    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
+    produce(p.bootstrap, [
+        (CONTROL.name(p.prefix), name.encode(), encode(ControlParameter(name=name, value=v)))
+        for name, v in (("dynamic_qos_factor", 12.0), ("dynamic_tick_s", 1e9))
+    ])  # fmt: skip
+    p.wait_for("the control values in the store", lambda: p.scalar(
+        "SELECT count() FROM control_params") == 2)  # fmt: skip
+    port = free_port()
+    p.start("api", "--port", str(port))
+    base = f"http://127.0.0.1:{port}"
+    p.wait_for("the API", lambda: httpx.get(f"{base}/healthz").status_code == 200, 60)
+    token = _token(p, "--role", "viewer", "--name", "v")
+    shown = httpx.get(f"{base}/params", headers={"Authorization": f"Bearer {token}"}).json()
+    by_name = {entry["name"]: entry for entry in shown}
+    assert by_name["dynamic_qos_factor"]["value"] == 12.0
+    assert by_name["dynamic_qos_factor"]["set_by"] == "admin"
+    tick = by_name["dynamic_tick_s"]
+    assert (tick["value"], tick["lo"], tick["hi"], tick["unit"]) == (300.0, 1.0, 3600.0, "s")
+    assert "above its upper bound 3600 s" in tick["refused"]
+    assert by_name["dynamic_reserve_after_s"]["value"] == "inf"
+    assert by_name["qos_classes"]["dangerous"] is True

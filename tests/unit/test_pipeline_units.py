@@ -205,6 +205,8 @@ def test_publisher_buffer_drops_oldest_and_counts() -> None:
         ("max_scan", 50.0, 50),
         ("dynamic_energy_aware", "false", False),
         ("qos_classes", "high, normal", ("high", "normal")),
+        ("tiresias_thresholds_gpu_s", "3600, 57600", (3600.0, 57600.0)),  # numbers
+        ("dynamic_reserve_after_s", "inf", float("inf")),  # its upper bound is inf
     ],
 )
 def test_params_with_setting(name: str, value: Any, expected: Any) -> None:
@@ -223,3 +225,16 @@ def test_params_with_setting(name: str, value: Any, expected: Any) -> None:
 def test_params_with_setting_refuses(name: str, value: Any, error: type[Exception]) -> None:
     with pytest.raises(error, match=name):
         Params().with_setting(name, value)
+
+
+@pytest.mark.parametrize("name", Params.names())
+def test_every_parameter_is_documented_and_its_default_within_its_bounds(name: str) -> None:
+    spec = Params.specs()[name]
+    assert spec.doc
+    spec.check(spec.default)  # raises if the default were out of its own bounds
+    if spec.lo is not None and spec.lo > -float("inf"):
+        with pytest.raises(InvalidParameter, match=f"{name}: .* below its lower bound"):
+            Params().with_setting(name, spec.lo - 1)
+    if spec.hi is not None and spec.hi < float("inf"):
+        with pytest.raises(InvalidParameter, match=f"{name}: .* above its upper bound"):
+            Params().with_setting(name, spec.hi * 2 + 1)

@@ -31,6 +31,7 @@ from fastapi_offline import FastAPIOffline
 from gpusched.api.auth import Access, require_tenant
 from gpusched.api.jobs import InvalidJob, JobStatus, SubmitJob, cluster_models, job_status
 from gpusched.api.listing import JobState, NodeState, list_nodes, list_queue
+from gpusched.api.params import current_params
 from gpusched.api.settings import ApiSettings
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts import JobEvent, JobEventType, encode
@@ -168,6 +169,15 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         )
         await kafka["producer"].send_and_wait(topic, encode(event), key=job_id.encode())
         return {"job_id": job_id, "status": "cancel requested"}
+
+    @app.get("/params")
+    async def params(_: TokenRecord = viewer) -> list[dict[str, Any]]:
+        """Every scheduling parameter: the value in force, its default, unit, bounds,
+        whether only an admin may change it, its meaning, and who set it when."""
+        try:
+            return await asyncio.to_thread(current_params, store)
+        except StoreError as exc:
+            raise HTTPException(503, f"the store is not reachable: {exc}") from exc
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
