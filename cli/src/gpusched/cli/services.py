@@ -23,6 +23,7 @@ from rich.console import Console
 
 from gpusched.api import (
     ApiSettings,
+    EventLogUnreachable,
     InvalidJob,
     SubmitJob,
     cluster_models,
@@ -240,7 +241,13 @@ def submit(
     except InvalidJob as exc:
         console.print(f"[red]invalid job:[/] {exc}")
         raise typer.Exit(2) from exc
-    asyncio.run(publish(settings.kafka_bootstrap_servers, settings.topic_prefix, [event]))
+    # aiokafka logs each failed connection attempt; the error below says it once
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    try:
+        asyncio.run(publish(settings.kafka_bootstrap_servers, settings.topic_prefix, [event]))
+    except EventLogUnreachable as exc:
+        console.print(f"[red]error:[/] {exc}; the job was not submitted")
+        raise typer.Exit(1) from exc
     typer.echo(event.job_id)
 
 

@@ -10,12 +10,15 @@ the job id.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, encode
@@ -23,9 +26,35 @@ from gpusched.contracts.topics import JOBS
 from gpusched.core import Params
 from gpusched.store import StoreError, StoreSettings, read_query
 
-__all__ = ["InvalidJob", "JobStatus", "SubmitJob", "cluster_models", "job_status", "publish"]
+__all__ = [
+    "EventLogUnreachable",
+    "InvalidJob",
+    "JobStatus",
+    "SubmitJob",
+    "cluster_models",
+    "job_status",
+    "publish",
+]
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+class EventLogUnreachable(ConnectionError):
+    """Kafka did not take the events in time: nothing may be assumed accepted."""
+
+    def __init__(self, bootstrap: str, why: str) -> None:
+        super().__init__(
+            f"the event log (Kafka) at {bootstrap} is unreachable ({why}); is the platform "
+            "up? (make run, or make kafka-up)"
+        )
+        self.bootstrap = bootstrap
+
+
+def kafka_failure(exc: BaseException, timeout_s: float) -> str:
+    """Why a send failed, in words (a timeout has no message of its own)."""
+    if isinstance(exc, TimeoutError):
+        return f"no acknowledgement within {timeout_s:g} s"
+    return str(exc) or type(exc).__name__
 
 
 class InvalidJob(ValueError):
@@ -108,16 +137,28 @@ def cluster_models(store: StoreSettings | None = None) -> dict[str, int]:
     return {str(m): int(n) for m, n in answer.rows}
 
 
-async def publish(bootstrap: str, prefix: str, events: list[JobEvent]) -> None:
-    """Publish job events and wait until the broker has them all."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
-    await producer.start()
-    try:
+async def publish(
+    bootstrap: str, prefix: str, events: list[JobEvent], timeout_s: float = 10.0
+) -> None:
+    """Publish job events and wait until the broker has them all;
+    ``EventLogUnreachable`` when it does not within ``timeout_s``."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", request_timeout_ms=int(timeout_s * 1000)
+    )
+
+    async def send_all() -> None:
+        await producer.start()
         for event in events:
             await producer.send(JOBS.name(prefix), encode(event), key=event.job_id.encode())
         await producer.flush()
+
+    try:
+        await asyncio.wait_for(send_all(), timeout_s)
+    except (TimeoutError, KafkaError) as exc:
+        raise EventLogUnreachable(bootstrap, kafka_failure(exc, timeout_s)) from exc
     finally:
-        await producer.stop()
+        with contextlib.suppress(Exception):  # stopping a producer that never started
+            await asyncio.wait_for(producer.stop(), timeout_s)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,33 +16,44 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from functools import cache
 from importlib import resources
 from typing import Annotated, Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
 from fastapi import Depends, FastAPI, HTTPException, Query
 from fastapi.openapi.docs import get_redoc_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from gpusched.api.auth import Access, require_tenant
-from gpusched.api.jobs import InvalidJob, JobStatus, SubmitJob, cluster_models, job_status
+from gpusched.api.jobs import (
+    EventLogUnreachable,
+    InvalidJob,
+    JobStatus,
+    SubmitJob,
+    cluster_models,
+    job_status,
+    kafka_failure,
+)
 from gpusched.api.listing import JobState, NodeState, list_nodes, list_queue
 from gpusched.api.params import current_params
 from gpusched.api.settings import ApiSettings
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts import JobEvent, JobEventType, encode
 from gpusched.contracts.topics import JOBS
-from gpusched.store import StoreError, StoreSettings
+from gpusched.store import StoreError, StoreSettings, read_query
 
 __all__ = ["rest_app"]
 
 _REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
 _BLANK_SVG = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E"
 _RECENT_JOBS = 100_000  # submissions remembered for cancels the store has not caught up to
+_RETRY_AFTER_S = 5
+_READY_TIMEOUT_S = 2.0
 
 
 @cache
@@ -96,6 +107,24 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     async def redoc_bundle() -> Response:
         return Response(_redoc_bundle(), media_type="application/javascript")
 
+    async def send(event: JobEvent) -> None:
+        """Hand one job event to Kafka, acknowledged within the bound, or 503."""
+        bound = settings.api_kafka_timeout_s
+        try:
+            await asyncio.wait_for(
+                kafka["producer"].send_and_wait(topic, encode(event), key=event.job_id.encode()),
+                bound,
+            )
+        except (TimeoutError, KafkaError) as exc:
+            unreachable = EventLogUnreachable(
+                settings.kafka_bootstrap_servers, kafka_failure(exc, bound)
+            )
+            raise HTTPException(
+                503,
+                f"{unreachable}; nothing was accepted: retry later",
+                headers={"Retry-After": str(_RETRY_AFTER_S)},
+            ) from exc
+
     @app.exception_handler(InvalidJob)
     async def invalid(_: Any, exc: InvalidJob) -> JSONResponse:
         detail = [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
@@ -106,7 +135,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         """Validate a job and publish it to the jobs topic; its id comes back."""
         require_tenant(who, job.tenant)
         event = job.event(await models())
-        await kafka["producer"].send_and_wait(topic, encode(event), key=event.job_id.encode())
+        await send(event)
         accepted[event.job_id] = job.tenant
         if len(accepted) > _RECENT_JOBS:
             accepted.popitem(last=False)
@@ -167,7 +196,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         event = JobEvent(
             event_id=f"user-{uuid.uuid4().hex}", job_id=job_id, type=JobEventType.CANCELLED
         )
-        await kafka["producer"].send_and_wait(topic, encode(event), key=job_id.encode())
+        await send(event)
         return {"job_id": job_id, "status": "cancel requested"}
 
     @app.get("/params")
@@ -181,6 +210,27 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
+        """The process answers (cheap; no dependency is asked)."""
         return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        """Each dependency (the event log, the store) with its state; 503 unless all up."""
+        client = kafka["producer"].client
+        store_at = store.sql_url if store.dsn.startswith("chdb") else store.dsn.split("@")[-1]
+        checks: dict[str, tuple[str, Awaitable[Any]]] = {
+            "kafka": (settings.kafka_bootstrap_servers, client.fetch_all_metadata()),
+            "store": (store_at, asyncio.to_thread(read_query, "SELECT 1", store, _READY_TIMEOUT_S)),
+        }
+        report: dict[str, dict[str, str]] = {}
+        for name, (address, probe) in checks.items():
+            try:
+                await asyncio.wait_for(probe, _READY_TIMEOUT_S)
+                report[name] = {"state": "up", "address": address}
+            except (TimeoutError, KafkaError, StoreError, OSError) as exc:
+                why = kafka_failure(exc, _READY_TIMEOUT_S)
+                report[name] = {"state": "down", "address": address, "error": why}
+        ready = all(r["state"] == "up" for r in report.values())
+        return JSONResponse(report, status_code=200 if ready else 503)
 
     return app

@@ -33,3 +33,10 @@ class ApiSettings(KafkaSettings):
         description="the token records (hashes, roles, tenants); "
         "default <checkout>/var/tokens.json",
     )
+    api_kafka_timeout_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=120,
+        description="how long a submission or cancel waits for the event log (Kafka) to "
+        "acknowledge it before the API answers 503",
+    )
