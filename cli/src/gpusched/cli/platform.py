@@ -27,7 +27,7 @@ from rich.console import Console
 from gpusched.api import ApiSettings
 from gpusched.api.tokens import Role, TokenFile
 from gpusched.contracts.provision import ensure_topics
-from gpusched.local.kafka import LocalBroker
+from gpusched.local.kafka import BrokerError, LocalBroker
 from gpusched.local.procs import gpusched_executable, var_dir
 from gpusched.sim import traces_dir
 from gpusched.store import StoreSettings
@@ -47,11 +47,18 @@ class Service:
     restarts: int = 0
 
 
+_BROKER_RESTARTS = 10  # then the launcher gives up on the broker and says so
+_BROKER_BACKOFF_S = (2.0, 60.0)  # first wait before a retry, and the longest
+
+
 @dataclass
 class Supervisor:
     run_dir: Path
     env: dict[str, str]
     services: list[Service] = field(default_factory=list)
+    broker: LocalBroker | None = None  # the broker it started (None: someone else's)
+    broker_restarts: int = 0
+    _broker_retry_at: float = 0.0
 
     def start(self, service: Service, wait_s: float = 60.0) -> None:
         log = (self.run_dir / f"{service.name}.log").open("ab")
@@ -86,8 +93,10 @@ class Supervisor:
         return 1
 
     def watch(self, stop: list[bool], one_shot: tuple[str, ...]) -> None:
-        """Restart what dies (except one-shot services) until ``stop[0]``."""
+        """Restart what dies (the broker it started, and services except one-shot ones)
+        until ``stop[0]``."""
         while not stop[0]:
+            self._keep_broker()
             for s in self.services:
                 if s.proc is not None and s.proc.poll() is not None and s.name not in one_shot:
                     s.restarts += 1
@@ -96,6 +105,36 @@ class Supervisor:
                     )
                     self.start(s, wait_s=120)
             time.sleep(0.5)
+
+    def _keep_broker(self) -> None:
+        """A broker that died is started again on its data directory, with a growing
+        back-off, at most ``_BROKER_RESTARTS`` times; the services reconnect by themselves."""
+        broker = self.broker
+        if broker is None or broker.running_pid() is not None:
+            return
+        if time.monotonic() < self._broker_retry_at:
+            return
+        if self.broker_restarts >= _BROKER_RESTARTS:
+            console.print(
+                f"[red]the Kafka broker at {broker.bootstrap} died {self.broker_restarts + 1} "
+                f"times; not restarting it again (its log: {broker.log_file})[/]"
+            )
+            self.broker = None
+            return
+        self.broker_restarts += 1
+        console.print(
+            f"[yellow]the Kafka broker at {broker.bootstrap} is gone; restart "
+            f"{self.broker_restarts} of {_BROKER_RESTARTS}[/]"
+        )
+        try:
+            broker.up()
+        except BrokerError as exc:
+            first, longest = _BROKER_BACKOFF_S
+            wait_s = min(first * 2 ** (self.broker_restarts - 1), longest)
+            self._broker_retry_at = time.monotonic() + wait_s
+            console.print(f"[red]the broker did not start ({exc}); next try in {wait_s:g} s[/]")
+            return
+        console.print(f"[green]the Kafka broker at {broker.bootstrap} is back[/]")
 
     def stop_all(self) -> None:
         for s in reversed(self.services):
@@ -154,7 +193,7 @@ def up(
     sql_url = env.setdefault("GPUSCHED_STORE_SQL_URL", store.sql_url)
     env["GPUSCHED_DISPATCHER_SIM_URL"] = f"http://127.0.0.1:{sim_port}"
     api = f"http://127.0.0.1:{api_port}"
-    sup = Supervisor(run_dir, env)
+    sup = Supervisor(run_dir, env, broker=broker)
     services = [
         Service("sink", ["sink"], f"{sql_url}/sql?query=SELECT%201"),
         Service("process", ["process"]),

@@ -83,7 +83,13 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # aiokafka objects belong to the loop they are made on: uvicorn's, here.
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
+        # a job the API could not hand over in time expires from the producer's buffer
+        # soon after (request timeout = the bound) rather than arriving after its 503
+        producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap_servers,
+            acks="all",
+            request_timeout_ms=int(settings.api_kafka_timeout_s * 1000),
+        )
         await producer.start()
         kafka["producer"] = producer
         try:
