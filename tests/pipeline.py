@@ -86,6 +86,25 @@ class Pipeline:
         self.procs[name] = proc
         return proc
 
+    def start_sink(self) -> None:
+        """Start the sink and wait until its SQL endpoint answers."""
+        self.start("sink")
+        self.wait_for("the sink's SQL endpoint", lambda: self.scalar("SELECT 1") == 1, 60)
+
+    def start_api(self, **env: str) -> str:
+        """Start the REST API on a free port; its base URL once it answers."""
+        port = free_port()
+        self.start("api", "--port", str(port), **env)
+        base = f"http://127.0.0.1:{port}"
+        self.wait_for("the API", lambda: httpx.get(f"{base}/healthz").status_code == 200, 60)
+        return base
+
+    def token(self, *args: str) -> str:
+        """A new API token (``gpusched token create ARGS``), as printed once."""
+        out = self.run("token", "create", *args)
+        (token,) = [line for line in out.splitlines() if line.startswith("gst_")]
+        return token
+
     def run(self, name: str, *args: str, timeout: float = 120, **env: str) -> str:
         """Run ``gpusched <name> <args>`` to completion; its output (raises if it failed)."""
         code, out = self._run(name, args, timeout, env)

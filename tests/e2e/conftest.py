@@ -29,37 +29,46 @@ class Platform:
         )
 
 
-@pytest.fixture
-def platform(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Platform]:
-    """16 nodes x 8 V100, no trace feeder, cluster time compressed 60x: a job not in a
-    trace runs 120 s of cluster time, 2 s of wall time."""
-    p = Pipeline(kafka_bootstrap, topic_prefix, tmp_path)
-    cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=16, gpus_per_node=8)
+def start_up(p: Pipeline, nodes: int, **env: str) -> tuple[str, Path]:
+    """`gpusched up` as `make run` starts it: ``nodes`` x 8 V100, no trace feeder,
+    cluster time compressed 60x (a job not in a trace runs 120 s of cluster time, 2 s of
+    wall time); (the API's URL, its run folder) once the API answers."""
+    cluster = write_cluster(p.workdir / "c.cluster.csv", nodes=nodes, gpus_per_node=8)
     api_port, sim_port = free_port(), free_port()
-    run_dir = tmp_path / "run"
+    run_dir = p.workdir / "run"
     p.start(
         "up",
         "--cluster", str(cluster), "--trace", "none", "--speed", "60",
         "--run-dir", str(run_dir), "--api-port", str(api_port), "--sim-port", str(sim_port),
         "--collect-interval", "2",
-        GPUSCHED_SIMCLUSTER_DEFAULT_DURATION_S="120",
+        **{"GPUSCHED_SIMCLUSTER_DEFAULT_DURATION_S": "120", **env},
     )  # fmt: skip
     api = f"http://127.0.0.1:{api_port}"
 
     def api_up() -> bool:
         if "up" not in p.alive():
             raise RuntimeError(f"gpusched up exited:\n{p.log('up')[-3000:]}")
-        return httpx.get(f"{api}/healthz").status_code == 200
+        try:
+            return httpx.get(f"{api}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
 
+    p.wait_for("the API", api_up, 240)
+    return api, run_dir
+
+
+@pytest.fixture
+def platform(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Platform]:
+    """The platform of `start_up` with 16 nodes, on the session's broker."""
+    p = Pipeline(kafka_bootstrap, topic_prefix, tmp_path)
     try:
-        p.wait_for("the API", api_up, 180)
+        api, run_dir = start_up(p, nodes=16)
         p.wait_for(
             "the live view of all 16 nodes",
             lambda: p.scalar("SELECT uniqExact(node_id) FROM node_views") == 16,
             120,
         )
-        out = p.run("token", "create", "--role", "admin", "--name", "e2e")
-        (token,) = [line for line in out.splitlines() if line.startswith("gst_")]
+        token = p.token("--role", "admin", "--name", "e2e")
         yield Platform(p, api, run_dir, token)
     finally:
         p.stop()

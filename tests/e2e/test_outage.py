@@ -13,9 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import Platform
+from tests.e2e.conftest import Platform, start_up
 from tests.e2e.test_platform import _all_finished, _submit
-from tests.pipeline import Pipeline, free_port, write_cluster
+from tests.pipeline import Pipeline, free_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -23,23 +23,13 @@ pytestmark = [pytest.mark.slow]
 def test_broker_sigkill_under_the_platform(tmp_path: Path) -> None:
     kafka_port = free_port()
     p = Pipeline(f"127.0.0.1:{kafka_port}", "", tmp_path)
-    cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=8, gpus_per_node=8)
-    api_port, sim_port = free_port(), free_port()
-    run_dir = tmp_path / "run"
     kafka_dir = tmp_path / "kafka"
-    p.start(
-        "up",
-        "--cluster", str(cluster), "--trace", "none", "--speed", "60",
-        "--run-dir", str(run_dir), "--api-port", str(api_port), "--sim-port", str(sim_port),
-        "--collect-interval", "2",
-        KAFKA_BOOTSTRAP_SERVERS="", GPUSCHED_LOCAL_KAFKA_PORT=str(kafka_port),
-        GPUSCHED_LOCAL_KAFKA_DIR=str(kafka_dir), GPUSCHED_SIMCLUSTER_DEFAULT_DURATION_S="120",
-    )  # fmt: skip
-    api = f"http://127.0.0.1:{api_port}"
     try:
-        p.wait_for("the API", lambda: _answers(f"{api}/healthz"), 240)
-        out = p.run("token", "create", "--role", "admin", "--name", "e2e")
-        (token,) = [line for line in out.splitlines() if line.startswith("gst_")]
+        api, run_dir = start_up(
+            p, nodes=8, KAFKA_BOOTSTRAP_SERVERS="", GPUSCHED_LOCAL_KAFKA_PORT=str(kafka_port),
+            GPUSCHED_LOCAL_KAFKA_DIR=str(kafka_dir),
+        )  # fmt: skip
+        token = p.token("--role", "admin", "--name", "e2e")
         platform = Platform(p, api, run_dir, token)
         before = _submit(platform, "before", 10)
         telemetry = p.scalar("SELECT count() FROM telemetry")
@@ -78,10 +68,3 @@ def test_broker_sigkill_under_the_platform(tmp_path: Path) -> None:
         )
     finally:
         p.stop()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False

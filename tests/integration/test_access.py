@@ -10,34 +10,24 @@ import pytest
 
 from gpusched.contracts import ControlParameter, encode
 from gpusched.contracts.topics import CONTROL
-from tests.pipeline import Pipeline, free_port, produce
+from tests.pipeline import Pipeline, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 ROLES = ("viewer", "submitter", "operator", "admin")
 
 
-def _token(p: Pipeline, *args: str) -> str:
-    out = p.run("token", "create", *args)
-    (token,) = [line for line in out.splitlines() if line.startswith("gst_")]
-    return token
-
-
 def test_roles_routes_tenants_and_revocation(pipeline: Pipeline) -> None:
     p = pipeline
-    p.start("sink")
-    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
-    port = free_port()
-    p.start("api", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-    p.wait_for("the API", lambda: httpx.get(f"{base}/healthz").status_code == 200, 60)
+    p.start_sink()
+    base = p.start_api()
     tokens = {
-        "viewer": _token(p, "--role", "viewer", "--name", "v"),
-        "submitter": _token(p, "--role", "submitter", "--tenant", "team-a", "--name", "s"),
-        "operator": _token(p, "--role", "operator", "--name", "o"),
-        "admin": _token(p, "--role", "admin", "--name", "a"),
+        "viewer": p.token("--role", "viewer", "--name", "v"),
+        "submitter": p.token("--role", "submitter", "--tenant", "team-a", "--name", "s"),
+        "operator": p.token("--role", "operator", "--name", "o"),
+        "admin": p.token("--role", "admin", "--name", "a"),
     }
-    other = _token(p, "--role", "submitter", "--tenant", "team-b", "--name", "s-b")
+    other = p.token("--role", "submitter", "--tenant", "team-b", "--name", "s-b")
 
     def call(method: str, path: str, token: str | None, **kw: object) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -101,19 +91,15 @@ def test_params_show_bounds_and_what_is_in_force(pipeline: Pipeline) -> None:
     """GET /params: every parameter with its bounds; a value set on the control topic is
     in force, one outside its bounds is shown as refused (as the services refuse it)."""
     p = pipeline
-    p.start("sink")
-    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
+    p.start_sink()
     produce(p.bootstrap, [
         (CONTROL.name(p.prefix), name.encode(), encode(ControlParameter(name=name, value=v)))
         for name, v in (("dynamic_qos_factor", 12.0), ("dynamic_tick_s", 1e9))
     ])  # fmt: skip
     p.wait_for("the control values in the store", lambda: p.scalar(
         "SELECT count() FROM control_params") == 2)  # fmt: skip
-    port = free_port()
-    p.start("api", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-    p.wait_for("the API", lambda: httpx.get(f"{base}/healthz").status_code == 200, 60)
-    token = _token(p, "--role", "viewer", "--name", "v")
+    base = p.start_api()
+    token = p.token("--role", "viewer", "--name", "v")
     shown = httpx.get(f"{base}/params", headers={"Authorization": f"Bearer {token}"}).json()
     by_name = {entry["name"]: entry for entry in shown}
     assert by_name["dynamic_qos_factor"]["value"] == 12.0

@@ -9,21 +9,16 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import Case
 
-from tests.pipeline import Pipeline, free_port
+from tests.pipeline import Pipeline
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_no_5xx_and_every_4xx_names_the_problem(pipeline: Pipeline) -> None:
     p = pipeline
-    p.start("sink")
-    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
-    port = free_port()
-    p.start("api", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-    p.wait_for("the API", lambda: httpx.get(f"{base}/healthz").status_code == 200, 60)
-    out = p.run("token", "create", "--role", "admin", "--name", "fuzz")
-    (token,) = [line for line in out.splitlines() if line.startswith("gst_")]
+    p.start_sink()
+    base = p.start_api()
+    token = p.token("--role", "admin", "--name", "fuzz")
     auth = {"Authorization": f"Bearer {token}"}
 
     # unknown fields in a submission are refused, naming the field

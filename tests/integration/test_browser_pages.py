@@ -8,7 +8,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 from typer.testing import CliRunner
@@ -16,7 +15,7 @@ from typer.testing import CliRunner
 from gpusched.cli.main import app
 from gpusched.local.browser import CHROMIUM_ARGS, chromium
 from gpusched.sim import traces_dir
-from tests.pipeline import Pipeline, free_port
+from tests.pipeline import Pipeline
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -40,10 +39,7 @@ def browser() -> Iterator[Browser]:
 
 @pytest.mark.kafka
 def test_docs_and_redoc_load_offline(pipeline: Pipeline, browser: Browser) -> None:
-    port = free_port()
-    pipeline.start("api", "--port", str(port))
-    base = f"http://127.0.0.1:{port}"
-    pipeline.wait_for("the API", lambda: httpx.get(f"{base}/healthz").status_code == 200, 60)
+    base = pipeline.start_api()
     page = browser.new_page()
     failed: list[str] = []
     outside: list[str] = []

@@ -58,8 +58,7 @@ def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
     p = pipeline
     now = datetime.now(UTC)
     events = _history(now)
-    p.start("sink")
-    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
+    p.start_sink()
     _send(p, p.prefix, events)
 
     out = p.run("forecast", "serve", "--rounds", "1", timeout=300)
@@ -124,8 +123,7 @@ def test_history_from_the_store_and_the_fallback(pipeline: Pipeline, topic_prefi
     p = pipeline
     now = datetime.now(UTC)
     recent = [e for e in _history(now) if e.ts >= now - 36 * HOUR]
-    p.start("sink")
-    p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
+    p.start_sink()
     _send(p, p.prefix, recent)
     p.wait_for(
         "the job events in ClickHouse",

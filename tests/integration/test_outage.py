@@ -37,12 +37,8 @@ def test_api_answers_503_while_kafka_is_down_and_recovers(
     ensure_topics(broker.bootstrap, prefix)
     p = Pipeline(broker.bootstrap, prefix, tmp_path)
     try:
-        port = free_port()
-        p.start("api", "--port", str(port), GPUSCHED_API_KAFKA_TIMEOUT_S="3")
-        base = f"http://127.0.0.1:{port}"
-        p.wait_for("the API", lambda: httpx.get(f"{base}/healthz").status_code == 200, 60)
-        out = p.run("token", "create", "--role", "admin", "--name", "ops")
-        (token,) = [line for line in out.splitlines() if line.startswith("gst_")]
+        base = p.start_api(GPUSCHED_API_KAFKA_TIMEOUT_S="3")
+        token = p.token("--role", "admin", "--name", "ops")
         auth = {"Authorization": f"Bearer {token}"}
 
         def submit() -> httpx.Response:
