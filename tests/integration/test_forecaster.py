@@ -87,13 +87,13 @@ def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
     }
     assert set(by_series) == expected
     # demand series: the forecaster's model (survival + last-value) from the jobs of the
-    # scope; arrival series: Prophet
+    # scope; arrival series: seasonal quantiles
     model, note, points, ordered = by_series["gpu_demand/tenant=team-a"]
     assert (model, note, points, ordered) == ("forecaster", None, 36, 1)  # 6 h of 10 min
-    assert by_series["arrivals/tenant=team-a"][0] == "prophet"
+    assert by_series["arrivals/tenant=team-a"][0] == "seasonal_quantile"
     # team-b is seen only in the last six hours: the same series start (zeros before it
-    # was first seen) gives it three days too, so it is fitted by Prophet as well ...
-    assert by_series["arrivals/tenant=team-b"][0] == "prophet"
+    # was first seen) gives it three days too, so it gets the same model ...
+    assert by_series["arrivals/tenant=team-b"][0] == "seasonal_quantile"
     # ... and the forecast reaches 6 h past the last closed step, from now.
     first, last = p.sql(
         "SELECT min(target_ts), max(target_ts) FROM forecasts FINAL WHERE series = 'gpu_demand/all'"
@@ -117,9 +117,8 @@ def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
 
 
 def test_history_from_the_store_and_the_fallback(pipeline: Pipeline, topic_prefix: str) -> None:
-    """A forecaster whose jobs topic is empty still forecasts from the store's history;
-    with under two days of it the arrival series fall back to seasonal-naive and say so
-    (the demand model needs no minimum)."""
+    """A forecaster whose jobs topic is empty still forecasts from the store's history
+    (36 h of it: a whole day, what the arrivals model needs)."""
     p = pipeline
     now = datetime.now(UTC)
     recent = [e for e in _history(now) if e.ts >= now - 36 * HOUR]
@@ -135,9 +134,7 @@ def test_history_from_the_store_and_the_fallback(pipeline: Pipeline, topic_prefi
     p.run("forecast", "serve", "--rounds", "1", timeout=300, GPUSCHED_TOPIC_PREFIX=other)
     forecasts = asyncio.run(_read_forecasts(p.bootstrap, FORECASTS.name(other)))
     arrivals = forecasts["arrivals/all"]
-    assert arrivals.model == "seasonal_naive"
-    assert arrivals.note is not None
-    assert "Prophet" in arrivals.note
+    assert (arrivals.model, arrivals.note) == ("seasonal_quantile", None)
     demand = forecasts["gpu_demand/all"]
     assert demand.model == "forecaster"
     assert len(demand.points) == 36

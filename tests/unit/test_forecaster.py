@@ -33,7 +33,13 @@ from gpusched.forecaster import (
     forecast_auto,
     offered_demand,
 )
-from gpusched.forecaster.models import last_value, local_scale, seasonal_naive
+from gpusched.forecaster.models import (
+    arrivals_forecast,
+    last_value,
+    local_scale,
+    seasonal_naive,
+    seasonal_quantile,
+)
 from gpusched.sim import Simulation, TraceJob, load_jobs, traces_dir
 
 TRACES = traces_dir(Path(__file__).resolve().parents[2].parent / "shared" / "traces")
@@ -196,6 +202,7 @@ def test_backtest_command_on_a_slice_of_philly(tmp_path: Path) -> None:
         assert set(by_model) == {
             "prophet",
             "seasonal_naive",
+            "seasonal_quantile",
             "last_value",
             "survival",
             "forecaster",
@@ -240,9 +247,10 @@ def test_outlook_refits_on_what_the_simulation_has_shown_it() -> None:
     run = sim.run()
     assert outlook.refits >= 3
     assert set(outlook.forecasts) == {"gpu_demand/all", "arrivals/class=high"}
-    # the service's models: total demand from the jobs seen, class arrivals by Prophet
+    # the service's models: total demand from the jobs seen, class arrivals by seasonal
+    # quantiles
     assert outlook.forecasts["gpu_demand/all"].model == "forecaster"
-    assert outlook.forecasts["arrivals/class=high"].model == "prophet"  # 3 days seen
+    assert outlook.forecasts["arrivals/class=high"].model == "seasonal_quantile"
     assert len(run.outcomes) == len(jobs)
     t = outlook.forecasts["arrivals/class=high"].start
     assert outlook.arrivals(t, 1800, "high") == pytest.approx(0.0, abs=1e-6)  # none in it
@@ -301,3 +309,22 @@ def test_dynamic_wakes_ahead_of_predicted_demand() -> None:
     sched.outlook = _Outlook(20, 20, 4)  # a burst predicted before a wake would finish
     woken = [d for d in sched.cycle(500.0).decisions if type(d).__name__ == "WakeNode"]
     assert len(woken) == 3  # 24 GPUs more wanted: three nodes of 8
+
+
+def test_seasonal_quantile_keeps_the_daily_profile_and_ignores_one_odd_day() -> None:
+    day = np.r_[np.zeros(8), np.full(8, 5.0), np.zeros(8)]  # arrivals 08:00-16:00
+    history = np.tile(day, 7)
+    history[-24 + 2] = 100.0  # yesterday a burst at 02:00
+    f = seasonal_quantile(history, 0.0, 30, HOURLY)
+    assert f.model == "seasonal_quantile"
+    assert f.yhat.tolist() == [*day, *day[:6]]  # the median of 7 days: the burst is out
+    assert f.upper[2] > 0  # ... but the interval knows it happened
+    assert np.all(f.lower <= f.yhat)
+    assert np.all(f.yhat <= f.upper)
+    short = seasonal_quantile(history[:30], 0.0, 4, HOURLY)  # one whole day known
+    assert short.yhat.tolist() == history[6:10].tolist()
+    assert arrivals_forecast(history, 0.0, 4, HOURLY).model == "seasonal_quantile"
+    early = arrivals_forecast(history[:10], 0.0, 4, HOURLY)  # under one season
+    assert early.model == "last_value"
+    assert early.note is not None
+    assert "one season" in early.note

@@ -3,7 +3,8 @@
 On start it folds the job history the store holds (so series reach back beyond the
 topic's retention), then the jobs topic from its first offset (repeats are harmless: the
 series count each job once), and forecasts every series at once (demand series with the
-forecaster model of `gpusched.forecaster.survival`, arrival series with Prophet); then every
+forecaster model of `gpusched.forecaster.survival`, arrival series with seasonal quantiles);
+then every
 ``forecaster_refit_s`` again. Each series' forecast is published to the forecasts topic (keyed
 by series name), where the sink stores it and the dispatcher reads it.
 """
@@ -119,7 +120,8 @@ gpu_demand series' scope)."""
 class Refitter:
     """Forecasts every series the folder has, calibrates, and returns the messages:
     ``gpu_demand`` series with the forecaster's demand model (``demand_forecast``, from
-    the jobs of its scope), ``arrivals`` series with Prophet (``forecast_auto``).
+    the jobs of its scope), ``arrivals`` series with ``arrivals_forecast`` (seasonal
+    quantiles).
 
     ``snapshot`` runs on the event loop (the folder changes there); ``fit`` may run in a
     thread, on the snapshot only.
@@ -142,7 +144,7 @@ class Refitter:
     def fit(self, snapshot: Snapshot) -> list[DemandForecast]:
         origin, start, history, spans = snapshot
         tasks = {
-            name: FitTask(values, start, self.horizon)
+            name: FitTask(values, start, self.horizon, "arrivals")
             for name, values in history.items()
             if not name.startswith(_DEMAND)
         }

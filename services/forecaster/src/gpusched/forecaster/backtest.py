@@ -21,7 +21,7 @@ from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, local_
 
 __all__ = ["BACKTEST_MODELS", "backtest"]
 
-BACKTEST_MODELS = ("prophet", "seasonal_naive", "last_value")
+BACKTEST_MODELS = ("prophet", "seasonal_naive", "seasonal_quantile", "last_value")
 
 CALIBRATED = ("prophet", "survival", "forecaster")  # intervals from past out-of-sample errors
 

@@ -1,4 +1,5 @@
-"""Forecasting models of one demand series: Prophet, seasonal-naive and last-value.
+"""Forecasting models of one demand series: Prophet, seasonal-naive, seasonal quantiles and
+last-value (``arrivals_forecast``: what the service publishes for arrival series).
 
 Every model returns a ``Forecast`` (point forecast and an interval of the configured
 width) for ``horizon`` steps after the history. ``forecast_auto`` picks Prophet when the
@@ -27,12 +28,14 @@ __all__ = [
     "Calibrator",
     "Forecast",
     "ModelConfig",
+    "arrivals_forecast",
     "forecast_auto",
     "last_value",
     "local_scale",
     "prophet",
     "quantiles",
     "seasonal_naive",
+    "seasonal_quantile",
 ]
 
 DAY_S = 86400.0
@@ -106,6 +109,30 @@ def seasonal_naive(history: np.ndarray, start: float, horizon: int, cfg: ModelCo
     return Forecast("seasonal_naive", start, cfg.step_s, yhat, lower, upper).clipped()
 
 
+def seasonal_quantile(
+    history: np.ndarray, start: float, horizon: int, cfg: ModelConfig, seasons: int = 7
+) -> Forecast:
+    """Each step's median over the same step of the last ``seasons`` seasons (days), with
+    their quantiles as the interval: a daily profile that one odd day does not bend, for
+    series of bursts (arrivals) whose mean would overshoot most steps."""
+    m = cfg.season_steps
+    if len(history) < m:
+        raise ValueError(f"seasonal-quantile needs one season ({m} steps), got {len(history)}")
+    n = len(history)
+    back = np.arange(1, min(seasons, n // m) + 1)  # the whole seasons known, latest first
+    # step k ahead is step k % m of a season: the same step of each known season
+    same = history[n - m * back[:, None] + (np.arange(horizon) % m)[None, :]]
+    lo_q, hi_q = quantiles(cfg.interval_width)
+    return Forecast(
+        "seasonal_quantile",
+        start,
+        cfg.step_s,
+        np.median(same, axis=0),
+        np.quantile(same, lo_q, axis=0),
+        np.quantile(same, hi_q, axis=0),
+    ).clipped()
+
+
 def prophet(history: np.ndarray, start: float, horizon: int, cfg: ModelConfig) -> Forecast:
     """Prophet with daily and weekly seasonality over the last ``history_s`` of the series."""
     import pandas as pd
@@ -148,7 +175,34 @@ def _prophet_class() -> type:
     return Prophet
 
 
-MODELS = {"prophet": prophet, "seasonal_naive": seasonal_naive, "last_value": last_value}
+def arrivals_forecast(
+    history: np.ndarray, start: float, horizon: int, cfg: ModelConfig
+) -> Forecast:
+    """What the forecaster publishes for ``arrivals`` series: ``seasonal_quantile`` (it beat
+    Prophet and last-value on philly_dev's arrivals, docs/results.md); under one season of
+    history, last-value with a note."""
+    if len(history) >= cfg.season_steps:
+        return seasonal_quantile(history, start, horizon, cfg)
+    have_h = len(history) * cfg.step_s / 3600
+    need = f"one season ({cfg.season_s / 3600:g} h) of history, have {have_h:g} h"
+    if len(history) == 0:
+        return _nothing(start, horizon, cfg, need)
+    return replace(last_value(history, start, horizon, cfg), note=f"fallback: {need}")
+
+
+def _nothing(start: float, horizon: int, cfg: ModelConfig, need: str) -> Forecast:
+    """Zeros, saying what was missing: a series with no history at all."""
+    zeros = np.zeros(horizon)
+    return Forecast("last_value", start, cfg.step_s, zeros, zeros, zeros, f"no history: {need}")
+
+
+MODELS = {
+    "prophet": prophet,
+    "seasonal_naive": seasonal_naive,
+    "seasonal_quantile": seasonal_quantile,
+    "last_value": last_value,
+    "arrivals": arrivals_forecast,
+}
 
 
 def forecast_auto(history: np.ndarray, start: float, horizon: int, cfg: ModelConfig) -> Forecast:
@@ -160,8 +214,7 @@ def forecast_auto(history: np.ndarray, start: float, horizon: int, cfg: ModelCon
     if len(history) >= cfg.season_steps:
         return replace(seasonal_naive(history, start, horizon, cfg), note=f"fallback: {need}")
     if len(history) == 0:
-        zeros = np.zeros(horizon)
-        return Forecast("last_value", start, cfg.step_s, zeros, zeros, zeros, f"no history: {need}")
+        return _nothing(start, horizon, cfg, need)
     return replace(
         last_value(history, start, horizon, cfg),
         note=f"fallback: {need}, and less than one season for seasonal-naive",

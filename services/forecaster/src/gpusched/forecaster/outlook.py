@@ -5,7 +5,7 @@ It folds the arrivals and ends it is told about into the forecaster's series, re
 sees the trace's future), and answers the core's ``DemandOutlook`` questions from the
 latest forecasts. The simulator feeds it directly; the models, series and calibration
 are the forecaster service's own: total demand with the forecaster model
-(``demand_forecast``, from the jobs seen), class arrivals with Prophet (``forecast_auto``).
+(``demand_forecast``, from the jobs seen), class arrivals with ``arrivals_forecast``.
 
 A refit runs in worker processes while the simulation goes on, and its forecasts are
 put in use ``delay_s`` of scheduler time after the data they were fitted on ends (the
@@ -104,7 +104,7 @@ class ForecastOutlook:
         start = self._builder.closed_until
         history = {name: self._builder.values(name) for name in self.wanted}
         tasks = {
-            name: FitTask(values, start, self.horizon)
+            name: FitTask(values, start, self.horizon, "arrivals")
             for name, values in history.items()
             if name != DEMAND_SERIES
         }
