@@ -30,19 +30,24 @@ class ForecasterSettings(KafkaSettings):
         "then reach refit + horizon ahead)",
     )
     forecaster_history_days: float = Field(
-        default=28.0, gt=0, description="Prophet is fitted on at most this much of the past"
+        default=28.0,
+        gt=0,
+        description="the past the models read at most: ended jobs older than this are "
+        "forgotten by the demand model; Prophet's fit window (backtest)",
     )
     forecaster_min_history_s: float = Field(
         default=2 * 86400.0,
         ge=0,
-        description="with less history a series falls back to seasonal-naive (said in the "
-        "forecast's note)",
+        description="Prophet (backtest): with less history a series falls back to "
+        "seasonal-naive (said in the forecast's note)",
     )
     forecaster_interval_width: float = Field(
         default=0.8, gt=0, lt=1, description="width of the forecast intervals"
     )
     forecaster_changepoint_prior: float = Field(
-        default=0.5, gt=0, description="Prophet changepoint_prior_scale (trend flexibility)"
+        default=0.5,
+        gt=0,
+        description="Prophet changepoint_prior_scale (trend flexibility; backtest)",
     )
     forecaster_workers: int = Field(default=2, ge=1, description="series fitted in parallel")
     forecaster_fit_budget_s: float = Field(
