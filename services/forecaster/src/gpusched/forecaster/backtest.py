@@ -4,9 +4,9 @@ At each origin (every ``every`` steps after ``min_train`` steps of history) each
 forecasts up to the longest horizon from the history before the origin only. For each
 horizon the error at exactly that lead is scaled by the in-sample mean absolute seasonal
 difference of the history at that origin (MASE, Hyndman & Koehler 2006; season = one
-day), and the 80% interval is checked for the actual value (coverage). Prophet's interval
-and the survival model's are calibrated from their own earlier forecasts in this run
-(``Calibrator``), as the live forecaster does for Prophet.
+day), and the 80% interval is checked for the actual value (coverage). The intervals of
+the models in ``CALIBRATED`` are calibrated from their own earlier forecasts in this run
+(``Calibrator``), as the live forecaster does for what it publishes.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ __all__ = ["BACKTEST_MODELS", "backtest"]
 
 BACKTEST_MODELS = ("prophet", "seasonal_naive", "seasonal_quantile", "last_value")
 
-CALIBRATED = ("prophet", "survival", "forecaster")  # intervals from past out-of-sample errors
+# intervals from past out-of-sample errors, as the service calibrates what it publishes
+CALIBRATED = ("prophet", "seasonal_quantile", "survival", "forecaster")
 
 JobModel = Callable[[np.ndarray, float, int], Forecast]
 """A model that reads the jobs themselves: (series history, origin time, horizon steps)
