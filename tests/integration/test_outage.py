@@ -67,5 +67,10 @@ def test_api_answers_503_while_kafka_is_down_and_recovers(
         broker.up()  # the same data directory: the topics are still there
         p.wait_for("the API to accept jobs again", lambda: submit().status_code == 201, 90)
         assert httpx.get(f"{base}/readyz").json()["kafka"]["state"] == "up"
+        # one line when the event log went away, one when it came back: not one per retry
+        log = p.log("api")
+        assert log.count("the event log (Kafka) at") == 2, log[-3000:]
+        assert "is unreachable" in log
+        assert "is back after" in log
     finally:
         p.stop()

@@ -13,6 +13,7 @@ an inline image instead, so no request leaves the machine."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -44,10 +45,13 @@ from gpusched.api.params import current_params
 from gpusched.api.settings import ApiSettings
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts import JobEvent, JobEventType, encode
+from gpusched.contracts.health import Dependency
 from gpusched.contracts.topics import JOBS
 from gpusched.store import StoreError, StoreSettings, read_query
 
 __all__ = ["rest_app"]
+
+log = logging.getLogger(__name__)
 
 _REDOC_LOGO = "https://cdn.redoc.ly/redoc/logo-mini.svg"
 _BLANK_SVG = "data:image/svg+xml,%3Csvg xmlns='http://www.w3.org/2000/svg'/%3E"
@@ -72,6 +76,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     viewer = Depends(access.needs(Role.VIEWER))
     submitter = Depends(access.needs(Role.SUBMITTER))
     accepted: OrderedDict[str, str] = OrderedDict()  # job id -> tenant, newest last
+    event_log = Dependency("the event log (Kafka)", settings.kafka_bootstrap_servers, log)
 
     async def models() -> dict[str, int]:
         if time.monotonic() - catalog["at"] > settings.api_catalog_ttl_s:
@@ -122,14 +127,15 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
                 bound,
             )
         except (TimeoutError, KafkaError) as exc:
-            unreachable = EventLogUnreachable(
-                settings.kafka_bootstrap_servers, kafka_failure(exc, bound)
-            )
+            why = kafka_failure(exc, bound)
+            event_log.failed(why)
+            unreachable = EventLogUnreachable(settings.kafka_bootstrap_servers, why)
             raise HTTPException(
                 503,
                 f"{unreachable}; nothing was accepted: retry later",
                 headers={"Retry-After": str(_RETRY_AFTER_S)},
             ) from exc
+        event_log.answered()
 
     @app.exception_handler(InvalidJob)
     async def invalid(_: Any, exc: InvalidJob) -> JSONResponse:
@@ -233,9 +239,13 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
             try:
                 await asyncio.wait_for(probe, _READY_TIMEOUT_S)
                 report[name] = {"state": "up", "address": address}
+                if name == "kafka":
+                    event_log.answered()
             except (TimeoutError, KafkaError, StoreError, OSError) as exc:
                 why = kafka_failure(exc, _READY_TIMEOUT_S)
                 report[name] = {"state": "down", "address": address, "error": why}
+                if name == "kafka":
+                    event_log.failed(why)
         ready = all(r["state"] == "up" for r in report.values())
         return JSONResponse(report, status_code=200 if ready else 503)
 
