@@ -71,8 +71,9 @@ def backtest_command(
     workers: Annotated[int, typer.Option(help="fits run in parallel")] = 2,
 ) -> None:
     """Backtest the forecasting models on the demand a trace offers: last_value,
-    seasonal_naive, prophet (plain, for reference) and, for gpu_demand series, survival
-    and forecaster (what the forecaster service publishes for them).
+    seasonal_naive, seasonal_quantile (what the service publishes for arrival series),
+    prophet (plain, for reference) and, for gpu_demand series, survival and forecaster
+    (what the service publishes for them).
 
     Model settings (history window, changepoint prior, interval width) are the
     forecaster's (GPUSCHED_FORECASTER_*)."""

@@ -249,11 +249,6 @@ class Params:
         return [f.name for f in fields(cls)]
 
     @classmethod
-    def describe(cls) -> dict[str, tuple[Any, str]]:
-        """name -> (default, meaning), for documentation and the admin UI."""
-        return {f.name: (f.default, f.metadata.get("doc", "")) for f in fields(cls)}
-
-    @classmethod
     def specs(cls) -> dict[str, ParamSpec]:
         """name -> its ``ParamSpec`` (default, doc, unit, bounds, dangerous)."""
         return {
@@ -281,10 +276,11 @@ class Params:
         """A copy with one parameter set from a control-topic value, converted to the
         parameter's type (a tuple from comma-separated text); ``InvalidParameter`` says
         what was wrong, ``UnknownName`` lists the names."""
-        defaults: dict[str, Any] = {f.name: f.default for f in fields(self)}
-        if name not in defaults:
-            raise UnknownName("parameter", name, sorted(defaults))
-        kind: Any = type(defaults[name])
+        specs = self.specs()
+        if name not in specs:
+            raise UnknownName("parameter", name, sorted(specs))
+        spec = specs[name]
+        kind: Any = type(spec.default)
         try:
             if kind is tuple:
                 converted: Any = tuple(p.strip() for p in str(value).split(","))
@@ -298,12 +294,12 @@ class Params:
                 converted = kind(value)
         except ValueError as exc:
             raise InvalidParameter(f"parameter {name}: {value!r} is not valid: {exc}") from exc
-        if isinstance(defaults[name], tuple) and all(isinstance(d, float) for d in defaults[name]):
+        if kind is tuple and all(isinstance(d, float) for d in spec.default):
             try:
                 converted = tuple(float(v) for v in converted)
             except ValueError as exc:
                 raise InvalidParameter(f"parameter {name}: {value!r} is not valid: {exc}") from exc
-        self.specs()[name].check(converted)
+        spec.check(converted)
         return replace(self, **{name: converted})
 
     def qos_rank(self, qos: str) -> int:

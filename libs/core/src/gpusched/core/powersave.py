@@ -57,10 +57,11 @@ def wake_for_waiting(scheduler: Scheduler, now: float) -> WaitingNeeds:
                 continue
             state.allocate(job_id, allocs)
             nodes = {a.node_id for a in allocs}
-            for node_id in nodes & parked:
+            asleep = nodes & parked
+            for node_id in asleep:
                 wake.setdefault(node_id, job_id)
-            if nodes & parked:
-                held |= nodes - parked
+            if asleep:
+                held |= nodes - asleep
     finally:
         state.rollback(mark)
         state.commit()

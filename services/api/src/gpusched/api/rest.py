@@ -77,6 +77,8 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     submitter = Depends(access.needs(Role.SUBMITTER))
     accepted: OrderedDict[str, str] = OrderedDict()  # job id -> tenant, newest last
     event_log = Dependency("the event log (Kafka)", settings.kafka_bootstrap_servers, log)
+    store_at = store.sql_url if store.dsn.startswith("chdb") else store.dsn.split("@")[-1]
+    the_store = Dependency("the store (ClickHouse)", store_at, log)
 
     async def models() -> dict[str, int]:
         if time.monotonic() - catalog["at"] > settings.api_catalog_ttl_s:
@@ -228,25 +230,21 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         """Each dependency (the event log, the store) with its state; 503 unless all up."""
-        client = kafka["producer"].client
-        store_at = store.sql_url if store.dsn.startswith("chdb") else store.dsn.split("@")[-1]
-        checks: dict[str, tuple[str, Awaitable[Any]]] = {
-            "kafka": (settings.kafka_bootstrap_servers, client.fetch_all_metadata()),
-            "store": (store_at, asyncio.to_thread(read_query, "SELECT 1", store, _READY_TIMEOUT_S)),
+        checks: dict[str, tuple[Dependency, Awaitable[Any]]] = {
+            "kafka": (event_log, kafka["producer"].client.fetch_all_metadata()),
+            "store": (
+                the_store,
+                asyncio.to_thread(read_query, "SELECT 1", store, _READY_TIMEOUT_S),
+            ),
         }
-        report: dict[str, dict[str, str]] = {}
-        for name, (address, probe) in checks.items():
+        for dependency, probe in checks.values():
             try:
                 await asyncio.wait_for(probe, _READY_TIMEOUT_S)
-                report[name] = {"state": "up", "address": address}
-                if name == "kafka":
-                    event_log.answered()
+                dependency.answered()
             except (TimeoutError, KafkaError, StoreError, OSError) as exc:
-                why = kafka_failure(exc, _READY_TIMEOUT_S)
-                report[name] = {"state": "down", "address": address, "error": why}
-                if name == "kafka":
-                    event_log.failed(why)
-        ready = all(r["state"] == "up" for r in report.values())
+                dependency.failed(kafka_failure(exc, _READY_TIMEOUT_S))
+        report = {name: dependency.as_dict() for name, (dependency, _) in checks.items()}
+        ready = all(dependency.up for dependency, _ in checks.values())
         return JSONResponse(report, status_code=200 if ready else 503)
 
     return app

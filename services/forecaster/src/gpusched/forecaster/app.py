@@ -3,10 +3,10 @@
 On start it folds the job history the store holds (so series reach back beyond the
 topic's retention), then the jobs topic from its first offset (repeats are harmless: the
 series count each job once), and forecasts every series at once (demand series with the
-forecaster model of `gpusched.forecaster.survival`, arrival series with seasonal quantiles);
-then every
-``forecaster_refit_s`` again. Each series' forecast is published to the forecasts topic (keyed
-by series name), where the sink stores it and the dispatcher reads it.
+forecaster model of ``gpusched.forecaster.survival``, arrival series with seasonal
+quantiles); then again every ``forecaster_refit_s``. Each series' forecast is published to
+the forecasts topic (keyed by series name), where the sink stores it and the dispatcher
+reads it.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class Refitter:
         builder.forget_ended_before(now - self.cfg.history_s)
         history = dict(builder.items())
         scopes = {name.split("/", 1)[1] for name in history if name.startswith(_DEMAND)}
-        spans = {scope: builder.spans(scope) for scope in scopes}
+        spans = builder.spans(scopes)
         return builder.origin, builder.closed_until, history, spans
 
     def fit(self, snapshot: Snapshot) -> list[DemandForecast]:

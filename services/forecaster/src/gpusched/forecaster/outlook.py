@@ -114,7 +114,7 @@ class ForecastOutlook:
         futures = submit_fits(self._pool, tasks, self.cfg)
         futures[DEMAND_SERIES] = self._pool.submit(
             demand_forecast,
-            self._builder.spans("all"),
+            self._builder.spans(["all"])["all"],
             history[DEMAND_SERIES],
             start,
             self.horizon,

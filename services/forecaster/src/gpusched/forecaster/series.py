@@ -159,14 +159,16 @@ class SeriesBuilder:
         for name in self.names():
             yield name, self.values(name)
 
-    def spans(self, scope: str) -> list[JobSpan]:
-        """The jobs of one scope (``all``, ``model=V100`` ...) with when they came and
-        went (``end`` None: still present)."""
-        return [
-            JobSpan(s.submit, s.end, s.demand.gpus)
-            for s in self._spans.values()
-            if scope in s.demand.scopes()
-        ]
+    def spans(self, scopes: Iterable[str]) -> dict[str, list[JobSpan]]:
+        """The jobs of each scope asked (``all``, ``model=V100`` ...) with when they came
+        and went (``end`` None: still present), in one pass over the jobs."""
+        out: dict[str, list[JobSpan]] = {scope: [] for scope in scopes}
+        for seen in self._spans.values():
+            span = JobSpan(seen.submit, seen.end, seen.demand.gpus)
+            for scope in seen.demand.scopes():
+                if scope in out:
+                    out[scope].append(span)
+        return out
 
     def forget_ended_before(self, t: float) -> None:
         """Drop the spans of jobs that ended before ``t`` (older than any model reads)."""
