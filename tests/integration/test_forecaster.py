@@ -64,15 +64,6 @@ def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
     out = p.run("forecast", "serve", "--rounds", "1", timeout=300)
     assert "forecasts published" in out
 
-    rows = p.wait_for(
-        "the forecasts in ClickHouse",
-        lambda: p.sql(
-            "SELECT series, any(model), any(note), count(), min(lower <= yhat AND yhat <= upper)"
-            " FROM forecasts FINAL GROUP BY series ORDER BY series"
-        ),
-        timeout=60,
-    )
-    by_series = {r[0]: r[1:] for r in rows}
     expected = {
         f"{metric}/{scope}"
         for metric in ("gpu_demand", "arrivals")
@@ -85,6 +76,17 @@ def test_forecasts_from_the_jobs_topic_are_stored(pipeline: Pipeline) -> None:
             "class=high",
         )
     }
+
+    def stored() -> dict[str, tuple]:
+        rows = p.sql(
+            "SELECT series, any(model), any(note), count(), min(lower <= yhat AND yhat <= upper)"
+            " FROM forecasts FINAL GROUP BY series ORDER BY series"
+        )
+        by_series = {r[0]: tuple(r[1:]) for r in rows}
+        # the sink stores the series in more than one batch: wait for them all
+        return by_series if len(by_series) >= len(expected) else {}
+
+    by_series = p.wait_for("every forecast series in ClickHouse", stored, timeout=60)
     assert set(by_series) == expected
     # demand series: the forecaster's model (survival + last-value) from the jobs of the
     # scope; arrival series: seasonal quantiles
