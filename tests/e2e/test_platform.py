@@ -104,6 +104,23 @@ def test_two_hundred_jobs_through_the_api(platform: Platform) -> None:
         assert status["priority"] is None or status["priority"]["pending_reason"] is None
         assert client.get("/jobs/no-such-job").status_code == 404
 
+    # who submitted is recorded (the session's admin token) ...
+    (actor,) = p.sql(
+        "SELECT DISTINCT actor FROM job_events FINAL "
+        "WHERE job_id LIKE 'e2e-%' AND type = 'submitted'"
+    )
+    assert actor[0]
+    # ... and both services that read parameters apply a change and say so
+    with platform.client() as client:
+        revision = client.get("/params").json()["revision"]
+        body = {"changes": {"dynamic_qos_factor": 25}, "reason": "e2e", "revision": revision}
+        assert client.patch("/params", json=body).status_code == 200
+        p.wait_for(
+            "the processor and the dispatcher to apply the change",
+            lambda: {"processor", "dispatcher"} <= set(client.get("/params").json()["applied_at"]),
+            timeout=60,
+        )
+
 
 def test_dispatcher_sigkill_mid_run(platform: Platform) -> None:
     p = platform.pipeline

@@ -3,6 +3,7 @@ broker, an embedded store): every role x route, tenant binding, revocation, 404s
 
 from __future__ import annotations
 
+import math
 import time
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 
 from gpusched.contracts import ControlParameter, encode
 from gpusched.contracts.topics import CONTROL
+from gpusched.core import Params
 from tests.pipeline import Pipeline, produce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -88,20 +90,20 @@ def test_roles_routes_tenants_and_revocation(pipeline: Pipeline) -> None:
 
 
 def test_params_show_bounds_and_what_is_in_force(pipeline: Pipeline) -> None:
-    """GET /params: every parameter with its bounds; a value set on the control topic is
-    in force, one outside its bounds is shown as refused (as the services refuse it)."""
+    """GET /params: every parameter with its bounds; a value set on the control topic by
+    another writer is in force, one outside its bounds is shown as refused (as the
+    services refuse it)."""
     p = pipeline
     p.start_sink()
     produce(p.bootstrap, [
         (CONTROL.name(p.prefix), name.encode(), encode(ControlParameter(name=name, value=v)))
         for name, v in (("dynamic_qos_factor", 12.0), ("dynamic_tick_s", 1e9))
     ])  # fmt: skip
-    p.wait_for("the control values in the store", lambda: p.scalar(
-        "SELECT count() FROM control_params") == 2)  # fmt: skip
     base = p.start_api()
     token = p.token("--role", "viewer", "--name", "v")
     shown = httpx.get(f"{base}/params", headers={"Authorization": f"Bearer {token}"}).json()
-    by_name = {entry["name"]: entry for entry in shown}
+    assert shown["revision"] == 0  # written without a revision
+    by_name = {entry["name"]: entry for entry in shown["params"]}
     assert by_name["dynamic_qos_factor"]["value"] == 12.0
     assert by_name["dynamic_qos_factor"]["set_by"] == "admin"
     tick = by_name["dynamic_tick_s"]
@@ -109,3 +111,106 @@ def test_params_show_bounds_and_what_is_in_force(pipeline: Pipeline) -> None:
     assert "above its upper bound 3600 s" in tick["refused"]
     assert by_name["dynamic_reserve_after_s"]["value"] == "inf"
     assert by_name["qos_classes"]["dangerous"] is True
+
+
+def test_parameter_changes_are_revisions_applied_and_audited(pipeline: Pipeline) -> None:
+    """PATCH /params: role, reason, bounds and revision checked; each change a revision the
+    processor applies and reports; revert; the audit trail with applied_at; the CLI."""
+    p = pipeline
+    p.start_sink()
+    p.start("process")
+    base = p.start_api()
+    tokens = {
+        role: p.token("--role", role, "--name", role[0]) for role in ("viewer", "operator", "admin")
+    }
+
+    def call(method: str, path: str, role: str, **kw: object) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {tokens[role]}"}
+        return httpx.request(method, f"{base}{path}", headers=headers, timeout=30, **kw)  # type: ignore[arg-type]
+
+    def change(role: str, revision: int, reason: str = "test", **changes: object) -> httpx.Response:
+        body = {"changes": changes, "reason": reason, "revision": revision}
+        return call("PATCH", "/params", role, json=body)
+
+    assert call("GET", "/params", "viewer").json()["revision"] == 0
+    assert change("viewer", 0, dynamic_qos_factor=20).status_code == 403
+    no_reason = change("operator", 0, "", dynamic_qos_factor=20)
+    assert no_reason.status_code == 422
+    assert "reason" in no_reason.text
+    # every bound of every parameter is enforced, naming the parameter and the bound
+    for spec in Params.specs().values():
+        for bound, outside, word in ((spec.lo, -1, "below"), (spec.hi, 1, "above")):
+            if bound is None or math.isinf(bound):
+                continue
+            refused = change("admin", 0, **{spec.name: bound + outside * max(abs(bound), 1)})
+            assert refused.status_code == 422, (spec.name, refused.text)
+            (error,) = refused.json()["detail"]
+            assert error["loc"] == ["body", "changes", spec.name]
+            assert f"{word} its" in error["msg"]
+            assert f"bound {bound:g}" in error["msg"]
+    dangerous = change("operator", 0, dynamic_tick_s=60)
+    assert dangerous.status_code == 403
+    assert "dynamic_tick_s" in dangerous.text
+
+    first = change("operator", 0, "more weight to classes", dynamic_qos_factor=20)
+    assert first.status_code == 200, first.text
+    assert first.json()["revision"] == 1
+    assert first.json()["changes"] == {"dynamic_qos_factor": {"old": 30.0, "new": 20.0}}
+    stale = change("operator", 0, dynamic_qos_factor=25)
+    assert stale.status_code == 409
+    assert stale.json()["detail"]["revision"] == 1
+    assert stale.json()["detail"]["values"]["dynamic_qos_factor"] == 20.0
+    # the processor applies it and says so
+    p.wait_for(
+        "the processor to apply revision 1",
+        lambda: "processor" in call("GET", "/params", "viewer").json()["applied_at"],
+        timeout=60,
+    )
+    second = change("admin", 1, "faster ticks", dynamic_tick_s=60, dynamic_qos_factor=40)
+    assert second.json()["revision"] == 2, second.text
+
+    cli = {"GPUSCHED_TOKEN": tokens["operator"]}
+    # a revert puts back revision 1's values (from the store) as revision 3; the operator
+    # may not revert what only an admin may change (dynamic_tick_s)
+    p.wait_for("revision 2 in the store", lambda: p.scalar(
+        "SELECT max(revision) FROM control_params") == 2)  # fmt: skip
+    refused = p.run_failing("params", "revert", "1", "--api", base, **cli)
+    assert "refused (403)" in refused
+    assert "dynamic_tick_s" in refused
+    out = p.run("params", "revert", "1", "--api", base, GPUSCHED_TOKEN=tokens["admin"])
+    assert "dynamic_qos_factor: 40.0 -> 20.0" in out
+    assert "dynamic_tick_s: 60.0 -> 300.0" in out
+    assert "revision 3 published" in out
+    out = p.run(
+        "params", "set", "dynamic_aging_s=7200", "--reason", "age faster", "--api", base, **cli
+    )
+    assert "revision 4 published" in out
+    bad = p.run_failing("params", "set", "dynamic_aging_s=1", "--reason", "x", "--api", base, **cli)
+    assert "below its lower bound 60 s" in bad
+    shown = p.run("params", "show", "--api", base, **cli)
+    assert "revision 4" in shown
+    assert "7200" in shown
+
+    # the audit trail: one row per parameter changed, with who, why, and when applied
+    def audited() -> list[dict[str, object]]:
+        rows = call("GET", "/params/history", "viewer").json()
+        return rows if len(rows) == 6 and all(r["applied_at"] for r in rows) else []
+
+    rows = p.wait_for("every change applied in the audit trail", audited, timeout=60)
+    assert [(r["revision"], r["parameter"]) for r in rows] == [
+        (4, "dynamic_aging_s"),
+        (3, "dynamic_qos_factor"),
+        (3, "dynamic_tick_s"),
+        (2, "dynamic_qos_factor"),
+        (2, "dynamic_tick_s"),
+        (1, "dynamic_qos_factor"),
+    ]
+    last = rows[-1]
+    assert (last["actor"], last["role"], last["source"]) == ("o", "operator", "127.0.0.1")
+    assert (last["old_value"], last["new_value"]) == ("30.0", "20.0")
+    assert (last["reason"], last["outcome"]) == ("more weight to classes", "applied")
+    assert "processor" in last["applied_by"]
+    assert rows[1]["reason"] == "revert to revision 1"
+    history = p.run("params", "history", "--api", base, COLUMNS="200", **cli)
+    assert "age faster" in history
+    assert "applied" in history

@@ -9,13 +9,13 @@ import json
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
-import httpx
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from gpusched.api import ApiSettings, InvalidJob, list_nodes, list_queue
+from gpusched.api import InvalidJob, list_nodes, list_queue
 from gpusched.api.listing import JobState, NodeState
+from gpusched.cli.params import api_client
 from gpusched.store import StoreError
 
 __all__ = ["cancel", "nodes", "queue"]
@@ -110,17 +110,10 @@ def cancel(
     ] = None,
 ) -> None:
     """Cancel jobs through the REST API (pending: withdrawn; running: stopped)."""
-    settings = ApiSettings()
-    url = (api or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
     refused = 0
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with httpx.Client(base_url=url, timeout=30, headers=headers) as client:
+    with api_client(api, token) as client:
         for job_id in job_ids:
-            try:
-                response = client.delete(f"/jobs/{job_id}")
-            except httpx.HTTPError as exc:
-                console.print(f"[red]error:[/] the REST API at {url} is not reachable ({exc})")
-                raise typer.Exit(2) from exc
+            response = client.delete(f"/jobs/{job_id}")
             if response.status_code == 202:
                 typer.echo(f"{job_id}: cancel requested")
             else:

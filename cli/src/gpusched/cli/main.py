@@ -14,6 +14,7 @@ from gpusched.cli.feed import feed
 from gpusched.cli.forecast import forecast_app
 from gpusched.cli.listing import cancel, nodes, queue
 from gpusched.cli.matrix import run_matrix_command
+from gpusched.cli.params import params_app
 from gpusched.cli.platform import up
 from gpusched.cli.progress import progress_bar
 from gpusched.cli.services import (
@@ -103,6 +104,7 @@ app.command("feed")(feed)
 app.command("up")(up)
 app.add_typer(forecast_app, name="forecast")
 app.add_typer(token_app, name="token")
+app.add_typer(params_app, name="params")
 
 
 @app.command("replay")

@@ -19,7 +19,9 @@ from gpusched.contracts.errors import (
 )
 from gpusched.contracts.events import (
     SCHEMA_VERSION,
+    ControlOutcome,
     ControlParameter,
+    ControlStatus,
     DecisionAction,
     DemandForecast,
     Event,
@@ -36,6 +38,7 @@ from gpusched.contracts.events import (
 from gpusched.contracts.settings import KafkaSettings
 from gpusched.contracts.topics import (
     CONTROL,
+    CONTROL_STATUS,
     DLQ_SUFFIX,
     FORECASTS,
     JOBS,
@@ -50,6 +53,7 @@ from gpusched.contracts.topics import (
 
 __all__ = [
     "CONTROL",
+    "CONTROL_STATUS",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DLQ_SUFFIX",
     "FORECASTS",
@@ -61,7 +65,9 @@ __all__ = [
     "TOPICS",
     "VIEW",
     "ContractError",
+    "ControlOutcome",
     "ControlParameter",
+    "ControlStatus",
     "DeadLetter",
     "DecisionAction",
     "DemandForecast",

@@ -16,7 +16,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validato
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ControlOutcome",
     "ControlParameter",
+    "ControlStatus",
     "DecisionAction",
     "DemandForecast",
     "Event",
@@ -150,6 +152,11 @@ class JobEvent(Event):
     )
     decision_id: Name | None = None
     reason: str | None = None
+    actor: Name | None = Field(
+        default=None,
+        description="who asked for it through the API (the token's name): submissions and "
+        "cancels; None for what the platform itself records",
+    )
 
     @model_validator(mode="after")
     def _submitted_has_request(self) -> JobEvent:
@@ -176,6 +183,9 @@ class PriorityUpdate(Event):
         "the node it waits for is predicted to free up); None when it cannot tell",
     )
     epoch: Annotated[int, Field(ge=0)] = 0
+    params_revision: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="the parameter revision in force when it was computed"
+    )
 
 
 class PowerState(StrEnum):
@@ -259,8 +269,41 @@ class PlacementDecision(Event):
 
 
 class ControlParameter(Event):
-    """A live scheduling parameter. Keyed by ``name`` on a compacted topic."""
+    """A live scheduling parameter. Keyed by ``name`` on a compacted topic.
+
+    A change made through the API is one revision: every parameter it changes is one
+    message carrying the same ``revision`` and ``changeset``, who asked and why. The
+    revision in force is the highest one on the topic (compaction keeps each parameter's
+    latest message, and the latest revision's messages are among them)."""
 
     name: Name
     value: float | bool | str
-    set_by: Name = "admin"
+    set_by: Name = Field(default="admin", description="who asked (a token's name)")
+    revision: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="the parameter revision this value belongs to (0: none)"
+    )
+    changeset: Name | None = Field(default=None, description="one id per revision's request")
+    role: Name | None = Field(default=None, description="the role of who asked")
+    source: str | None = Field(default=None, description="the address the request came from")
+    old_value: float | bool | str | None = Field(
+        default=None, description="the value in force when it was asked"
+    )
+    reason: str | None = Field(default=None, description="why, in the words of who asked")
+
+
+class ControlOutcome(StrEnum):
+    APPLIED = "applied"
+    REJECTED = "rejected"
+    IN_FORCE = "in_force"  # a heartbeat: the revision the service works with now
+
+
+class ControlStatus(Event):
+    """What a service that reads the control topic did with a parameter (applied, or
+    rejected with the error), and its heartbeat with the revision in force. Keyed by
+    ``service``."""
+
+    service: Name
+    revision: Annotated[int, Field(ge=0)]
+    outcome: ControlOutcome
+    name: Name | None = Field(default=None, description="the parameter; None on a heartbeat")
+    error: str | None = None

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from gpusched.contracts.errors import UnknownTopic
 from gpusched.contracts.events import (
     ControlParameter,
+    ControlStatus,
     DemandForecast,
     GpuTelemetrySample,
     JobEvent,
@@ -51,8 +52,23 @@ FORECASTS = Topic(
 CONTROL = Topic(
     "gpusched.control.v1", ControlParameter, "name", "live scheduling parameters (compacted)"
 )
+CONTROL_STATUS = Topic(
+    "gpusched.control.status.v1",
+    ControlStatus,
+    "service",
+    "what each service did with each parameter revision, and its heartbeat",
+)
 
-TOPICS: tuple[Topic, ...] = (TELEMETRY, JOBS, VIEW, PRIORITIES, PLACEMENTS, FORECASTS, CONTROL)
+TOPICS: tuple[Topic, ...] = (
+    TELEMETRY,
+    JOBS,
+    VIEW,
+    PRIORITIES,
+    PLACEMENTS,
+    FORECASTS,
+    CONTROL,
+    CONTROL_STATUS,
+)
 
 
 def topic_for(name: str, prefix: str = "") -> Topic:

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from gpusched.contracts import (
     ControlParameter,
+    ControlStatus,
     DemandForecast,
     GpuTelemetrySample,
     JobEvent,
@@ -60,6 +61,7 @@ def _job_rows(e: JobEvent) -> Iterable[Row]:
         [list(i) for i in e.gpu_indices],
         e.decision_id,
         e.reason,
+        e.actor,
     ]
 
 
@@ -81,10 +83,27 @@ def _forecast_rows(e: DemandForecast) -> Iterable[Row]:
         ]
 
 
+def _text(value: float | bool | str | None) -> str | None:
+    return None if value is None else str(value)
+
+
 def _control_rows(e: ControlParameter) -> Iterable[Row]:
-    yield [e.event_id, e.ts, e.name, str(e.value), e.set_by]
+    yield [
+        e.event_id,
+        e.ts,
+        e.name,
+        str(e.value),
+        e.set_by,
+        e.revision,
+        e.changeset,
+        e.role,
+        e.source,
+        _text(e.old_value),
+        e.reason,
+    ]
 
 
+_STATUS_COLUMNS = ("event_id", "ts", "service", "revision", "outcome", "name", "error")
 _TELEMETRY_COLUMNS = (
     "event_id",
     "ts",
@@ -126,6 +145,7 @@ _PRIORITY_COLUMNS = (
     "pending_reason",
     "estimated_start",
     "epoch",
+    "params_revision",
 )
 _VIEW_COLUMNS = (
     "event_id",
@@ -163,6 +183,7 @@ TABLES: tuple[TableSpec, ...] = (
             "gpu_indices",
             "decision_id",
             "reason",
+            "actor",
         ),
         _job_rows,
     ),
@@ -191,9 +212,22 @@ TABLES: tuple[TableSpec, ...] = (
     TableSpec(
         "control_params",
         ControlParameter,
-        ("event_id", "ts", "name", "value", "set_by"),
+        (
+            "event_id",
+            "ts",
+            "name",
+            "value",
+            "set_by",
+            "revision",
+            "changeset",
+            "role",
+            "source",
+            "old_value",
+            "reason",
+        ),
         _control_rows,
     ),
+    TableSpec("control_status", ControlStatus, _STATUS_COLUMNS, _fields(_STATUS_COLUMNS)),
 )
 
 

@@ -79,8 +79,9 @@ class SubmitJob(BaseModel):
     memory_mib: int = Field(default=0, ge=0, le=100_000_000)
     job_id: str | None = Field(default=None, description="default: a new id")
 
-    def event(self, models: dict[str, int] | None) -> JobEvent:
-        """The 'submitted' event, or ``InvalidJob`` naming the field at fault."""
+    def event(self, models: dict[str, int] | None, actor: str | None = None) -> JobEvent:
+        """The 'submitted' event (asked for by ``actor``), or ``InvalidJob`` naming the
+        field at fault."""
         job_id = self.job_id or f"job-{uuid.uuid4().hex[:12]}"
         if not _ID.match(job_id):
             raise InvalidJob("job_id", "letters, digits and . _ : - only, at most 128")
@@ -106,6 +107,7 @@ class SubmitJob(BaseModel):
             tenant=self.tenant,
             priority_class=self.priority_class,
             request=request,
+            actor=actor,
         )
 
 

@@ -1,9 +1,10 @@
 """The REST API (FastAPI; OpenAPI at /openapi.json, docs at /docs and /redoc): submit, look
-up and cancel jobs. Run it with ``gpusched api``.
+up and cancel jobs; read, change and revert the scheduling parameters. Run it with
+``gpusched api``.
 
-Every route but the health check and the docs needs a bearer token (``gpusched.api.auth``):
+Every route but the health checks and the docs needs a bearer token (``gpusched.api.auth``):
 reading needs ``viewer``, submitting and cancelling ``submitter`` acting for the job's
-tenant.
+tenant, changing parameters ``operator`` (``admin`` for those marked dangerous).
 
 The docs pages load Swagger UI and ReDoc from files shipped in the fastapi-offline package,
 never from a CDN: they work on an air-gapped cluster. ReDoc's bundle fetches its footer
@@ -25,7 +26,7 @@ from typing import Annotated, Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
-from fastapi import Depends, FastAPI, HTTPException, Query
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.openapi.docs import get_redoc_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
@@ -41,12 +42,22 @@ from gpusched.api.jobs import (
     kafka_failure,
 )
 from gpusched.api.listing import JobState, NodeState, list_nodes, list_queue
-from gpusched.api.params import current_params
+from gpusched.api.params import (
+    ParamChange,
+    ParamLedger,
+    ParamRevert,
+    RefusedChange,
+    differs,
+    param_history,
+    refusal,
+    values_at,
+)
 from gpusched.api.settings import ApiSettings
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
-from gpusched.contracts import JobEvent, JobEventType, encode
+from gpusched.contracts import ControlParameter, ControlStatus, JobEvent, JobEventType, encode
+from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import Dependency
-from gpusched.contracts.topics import JOBS
+from gpusched.contracts.topics import CONTROL, CONTROL_STATUS, JOBS
 from gpusched.store import StoreError, StoreSettings, read_query
 
 __all__ = ["rest_app"]
@@ -67,7 +78,7 @@ def _redoc_bundle() -> str:
 
 
 def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
-    topic = JOBS.name(settings.topic_prefix)
+    prefix = settings.topic_prefix
     kafka: dict[str, AIOKafkaProducer] = {}
     catalog: dict[str, Any] = {"models": {}, "at": -1e9}
     access = Access(TokenFile(settings.api_tokens_file), settings.api_auth)
@@ -75,6 +86,10 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     # module's namespace, where these locals are not)
     viewer = Depends(access.needs(Role.VIEWER))
     submitter = Depends(access.needs(Role.SUBMITTER))
+    operator = Depends(access.needs(Role.OPERATOR))
+    ledger = ParamLedger()
+    ledger_read = asyncio.Event()
+    changing = asyncio.Lock()  # one revision number at a time
     accepted: OrderedDict[str, str] = OrderedDict()  # job id -> tenant, newest last
     event_log = Dependency("the event log (Kafka)", settings.kafka_bootstrap_servers, log)
     store_at = store.sql_url if store.dsn.startswith("chdb") else store.dsn.split("@")[-1]
@@ -99,9 +114,26 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         )
         await producer.start()
         kafka["producer"] = producer
+        bootstrap = settings.kafka_bootstrap_servers
+        followers = [
+            asyncio.create_task(follow_topic(*follow))
+            for follow in (
+                (bootstrap, CONTROL.name(prefix), ControlParameter, ledger.on_control, ledger_read),
+                (
+                    bootstrap,
+                    CONTROL_STATUS.name(prefix),
+                    ControlStatus,
+                    ledger.on_status,
+                    asyncio.Event(),
+                ),
+            )
+        ]
         try:
             yield
         finally:
+            for task in followers:
+                task.cancel()
+            await asyncio.gather(*followers, return_exceptions=True)
             await producer.stop()
 
     app = FastAPIOffline(title="gpusched", version="1", lifespan=lifespan, redoc_url=None)
@@ -120,23 +152,32 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     async def redoc_bundle() -> Response:
         return Response(_redoc_bundle(), media_type="application/javascript")
 
-    async def send(event: JobEvent) -> None:
-        """Hand one job event to Kafka, acknowledged within the bound, or 503."""
+    def unavailable(why: str, what: str = "nothing was accepted") -> HTTPException:
+        event_log.failed(why)
+        unreachable = EventLogUnreachable(settings.kafka_bootstrap_servers, why)
+        return HTTPException(
+            503, f"{unreachable}; {what}: retry later", headers={"Retry-After": str(_RETRY_AFTER_S)}
+        )
+
+    async def send(*events: JobEvent | ControlParameter) -> None:
+        """Hand events to Kafka (job events by job id, parameters by name), acknowledged
+        within the bound, or 503."""
         bound = settings.api_kafka_timeout_s
+        producer = kafka["producer"]
         try:
-            await asyncio.wait_for(
-                kafka["producer"].send_and_wait(topic, encode(event), key=event.job_id.encode()),
-                bound,
-            )
+            async with asyncio.timeout(bound):
+                sent = [
+                    await producer.send(
+                        JOBS.name(prefix) if isinstance(e, JobEvent) else CONTROL.name(prefix),
+                        encode(e),
+                        key=(e.job_id if isinstance(e, JobEvent) else e.name).encode(),
+                    )
+                    for e in events
+                ]
+                await asyncio.gather(*sent)
         except (TimeoutError, KafkaError) as exc:
-            why = kafka_failure(exc, bound)
-            event_log.failed(why)
-            unreachable = EventLogUnreachable(settings.kafka_bootstrap_servers, why)
-            raise HTTPException(
-                503,
-                f"{unreachable}; nothing was accepted: retry later",
-                headers={"Retry-After": str(_RETRY_AFTER_S)},
-            ) from exc
+            partly = "it may be partly published: read it back" if len(events) > 1 else None
+            raise unavailable(kafka_failure(exc, bound), partly or "nothing was accepted") from exc
         event_log.answered()
 
     @app.exception_handler(InvalidJob)
@@ -148,7 +189,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     async def submit(job: SubmitJob, who: TokenRecord = submitter) -> dict[str, str]:
         """Validate a job and publish it to the jobs topic; its id comes back."""
         require_tenant(who, job.tenant)
-        event = job.event(await models())
+        event = job.event(await models(), actor=who.name)
         await send(event)
         accepted[event.job_id] = job.tenant
         if len(accepted) > _RECENT_JOBS:
@@ -208,17 +249,95 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
             tenant = found.tenant
         require_tenant(who, tenant)
         event = JobEvent(
-            event_id=f"user-{uuid.uuid4().hex}", job_id=job_id, type=JobEventType.CANCELLED
+            event_id=f"user-{uuid.uuid4().hex}",
+            job_id=job_id,
+            type=JobEventType.CANCELLED,
+            tenant=tenant,
+            actor=who.name,
         )
         await send(event)
         return {"job_id": job_id, "status": "cancel requested"}
 
-    @app.get("/params")
-    async def params(_: TokenRecord = viewer) -> list[dict[str, Any]]:
-        """Every scheduling parameter: the value in force, its default, unit, bounds,
-        whether only an admin may change it, its meaning, and who set it when."""
+    async def read_ledger() -> None:
+        """Wait (within the bound) until the control topic is read to its end."""
         try:
-            return await asyncio.to_thread(current_params, store)
+            await asyncio.wait_for(ledger_read.wait(), settings.api_kafka_timeout_s)
+        except TimeoutError as exc:
+            raise unavailable("the control topic could not be read", "nothing changed") from exc
+
+    @app.get("/params")
+    async def params(_: TokenRecord = viewer) -> dict[str, Any]:
+        """The revision in force and when each service applied it, and every scheduling
+        parameter: its value, default, unit, bounds, whether only an admin may change it,
+        its meaning, and who set it when in which revision."""
+        await read_ledger()
+        return ledger.describe()
+
+    async def publish(
+        request: Request, who: TokenRecord, changes: dict[str, Any], against: int, reason: str
+    ) -> dict[str, Any]:
+        """Check ``changes`` and publish them as the next revision."""
+        await read_ledger()
+        try:
+            planned = ledger.plan(changes, against, who.role.holds(Role.ADMIN))
+        except RefusedChange as exc:
+            raise refusal(exc, ledger) from exc
+        asked = {
+            "set_by": who.name,
+            "role": who.role.value,
+            "source": request.client.host if request.client else None,
+            "changeset": uuid.uuid4().hex,
+            "reason": reason,
+        }
+        messages = [ledger.message(name, old, new, **asked) for name, old, new in planned]
+        await send(*messages)
+        for message in messages:
+            ledger.on_control(message)
+        return {
+            "revision": ledger.revision,
+            "changeset": asked["changeset"],
+            "changes": {name: {"old": old, "new": new} for name, old, new in planned},
+        }
+
+    @app.patch("/params")
+    async def change_params(
+        change: ParamChange, request: Request, who: TokenRecord = operator
+    ) -> dict[str, Any]:
+        """Change parameters as one new revision (operator; admin for those marked
+        dangerous): 409 with the values in force when ``revision`` is not the one in force,
+        422 naming the parameter and the bound it breaks."""
+        async with changing:
+            return await publish(request, who, change.changes, change.revision, change.reason)
+
+    @app.post("/params/revert")
+    async def revert_params(
+        revert: ParamRevert, request: Request, who: TokenRecord = operator
+    ) -> dict[str, Any]:
+        """Publish the values of a past revision as a new revision (from the store, so a
+        revision it has not stored yet is a 409)."""
+        async with changing:
+            await read_ledger()
+            try:
+                values = await asyncio.to_thread(values_at, revert.revision, store)
+            except StoreError as exc:
+                raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+            if values is None or revert.revision > ledger.revision:
+                raise HTTPException(
+                    409, f"revision {revert.revision} is not in the store (yet): retry shortly"
+                )
+            reason = revert.reason or f"revert to revision {revert.revision}"
+            current, _ = ledger.params()
+            changes = {n: v for n, v in values.items() if differs(current, n, v)}
+            return await publish(request, who, changes, ledger.revision, reason)
+
+    @app.get("/params/history")
+    async def params_history(
+        _: TokenRecord = viewer, limit: Annotated[int, Query(ge=1, le=100_000)] = 200
+    ) -> list[dict[str, Any]]:
+        """The audit trail of parameter changes, newest first: who, role, from where, old
+        and new value, why, and what the services did with it (outcome, applied at)."""
+        try:
+            return await asyncio.to_thread(param_history, limit, store)
         except StoreError as exc:
             raise HTTPException(503, f"the store is not reachable: {exc}") from exc
 

@@ -77,6 +77,7 @@ async def run_dispatcher(
                 bootstrap, PRIORITIES.name(prefix), PriorityUpdate, d.on_priority, asyncio.Event()
             ),
             d.forward_priorities(),
+            d.report_control(),
         )
         tasks += [asyncio.create_task(f) for f in followers]
         while not stop.is_set():

@@ -20,14 +20,16 @@ from aiokafka import AIOKafkaProducer
 
 from gpusched.contracts import (
     ControlParameter,
+    ControlStatus,
     JobEvent,
     JobEventType,
     NodeView,
     PriorityUpdate,
     encode,
 )
+from gpusched.contracts.control import HEARTBEAT_S, ControlRevision
 from gpusched.contracts.convert import job_request, submitted_job
-from gpusched.contracts.topics import JOBS
+from gpusched.contracts.topics import CONTROL_STATUS, JOBS
 from gpusched.core import CoreError, InvalidDecision, JobState, PowerState, Scheduler, held_on
 from gpusched.dispatcher.backend import (
     Backend,
@@ -71,6 +73,8 @@ class Dispatcher:
     _recorded: dict[str, JobEventType] = field(default_factory=dict)  # last step on the topic
     unhealthy: set[str] = field(default_factory=set)  # nodes the live view says are not
     priorities: asyncio.Queue[PriorityUpdate] = field(default_factory=asyncio.Queue)
+    control: ControlRevision = field(default_factory=lambda: ControlRevision("dispatcher"))
+    control_statuses: asyncio.Queue[ControlStatus] = field(default_factory=asyncio.Queue)
 
     @property
     def prefix(self) -> str:
@@ -170,14 +174,28 @@ class Dispatcher:
                     log.warning("priority of %s not passed on: %s", update.job_id, exc)
 
     def on_control(self, parameter: ControlParameter) -> None:
+        """A parameter from the control topic, checked against its bounds again; what was
+        done with it goes to the control status topic (``report_control``)."""
         try:
             params = self.scheduler.params.with_setting(parameter.name, parameter.value)
         except CoreError as exc:
             log.warning("control %s refused: %s", parameter.name, exc)
+            self.control_statuses.put_nowait(self.control.rejected(parameter, exc))
             return
         self.scheduler.params = params
         self.scheduler.policy.bind(self.scheduler)
+        self.control_statuses.put_nowait(self.control.applied(parameter))
         self.wanted.set()
+
+    async def report_control(self) -> None:
+        """Send what ``on_control`` did, and every HEARTBEAT_S the revision in force."""
+        topic = CONTROL_STATUS.name(self.prefix)
+        while True:
+            try:
+                status = await asyncio.wait_for(self.control_statuses.get(), HEARTBEAT_S)
+            except TimeoutError:
+                status = self.control.heartbeat()
+            await self.producer.send(topic, encode(status), key=status.service.encode())
 
     # -- the backend's log -----------------------------------------------------------------
     async def on_backend_event(self, e: BackendEvent) -> None:

@@ -2,7 +2,7 @@
 
 State lives in three Faust tables, each backed by a changelog topic, so a restarted worker
 recovers it: ``jobs`` (JobRecord by job id, co-partitioned with the jobs topic), ``nodes``
-(NodeRecord by node id) and ``params`` (control values by name).
+(NodeRecord by node id) and ``params`` (control values by name, with their revision).
 
 Job events and control parameters arrive through Faust agents. Telemetry arrives through a
 batched consumer that the app runs as a Faust task: Faust's per-event stream path measured
@@ -28,6 +28,7 @@ from aiokafka.errors import KafkaError
 from gpusched.contracts import (
     ContractError,
     ControlParameter,
+    ControlStatus,
     GpuTelemetrySample,
     JobEvent,
     dead_letter,
@@ -35,7 +36,16 @@ from gpusched.contracts import (
     decode,
     encode,
 )
-from gpusched.contracts.topics import CONTROL, JOBS, PRIORITIES, TELEMETRY, VIEW, Topic
+from gpusched.contracts.control import HEARTBEAT_S, ControlRevision
+from gpusched.contracts.topics import (
+    CONTROL,
+    CONTROL_STATUS,
+    JOBS,
+    PRIORITIES,
+    TELEMETRY,
+    VIEW,
+    Topic,
+)
 from gpusched.core import CoreError, Params
 from gpusched.processor.priorities import compute_priorities
 from gpusched.processor.records import JobRecord, NodeRecord, fold_job
@@ -76,12 +86,15 @@ class Processor:
         self.view = LiveView(settings.processor_stale_after_s)
         self.records: dict[str, JobRecord] = {}
         self.params = Params()
+        self.control = ControlRevision("processor")
         self.allocated: dict[str, float] = {}
         self.epoch = 0
         self.published: dict[str, tuple[float, str | None]] = {}
         self._wanted = asyncio.Event()
         self._restored = asyncio.Event()
-        self._out = {t.base: self._topic(t.name(prefix)) for t in (VIEW, PRIORITIES)}
+        self._out = {
+            t.base: self._topic(t.name(prefix)) for t in (VIEW, PRIORITIES, CONTROL_STATUS)
+        }
         self._dlq = {t.base: self._topic(t.dlq(prefix)) for t in (TELEMETRY, JOBS, CONTROL)}
         app.agent(self._topic(JOBS.name(prefix)), name="jobs")(self._on_jobs)
         app.agent(self._topic(CONTROL.name(prefix)), name="control")(self._on_control)
@@ -89,6 +102,7 @@ class Processor:
         app.task(self._telemetry)
         app.task(self._priorities)
         app.timer(1.0)(self._stale_check)
+        app.timer(HEARTBEAT_S)(self._heartbeat)
 
     def _topic(self, name: str) -> Any:
         return self.app.topic(name, key_serializer="raw", value_serializer="raw")
@@ -100,7 +114,10 @@ class Processor:
         tables: Any = self.app.tables  # the TableManager's recovery is not in its type
         await tables.recovery.completed.wait()
         for key, value in self.params_table.items():
-            self._set_param(_text(key), value)
+            # {"value", "revision"}; a bare value was recorded before revisions existed
+            entry = value if isinstance(value, dict) else {"value": value, "revision": 0}
+            self._set_param(_text(key), entry["value"])
+            self.control.revision = max(self.control.revision, entry["revision"])
         for value in self.nodes.values():
             self.view.load(NodeRecord.model_validate(value))
         for value in self.jobs.values():
@@ -136,13 +153,36 @@ class Processor:
         async for event in stream.events():
             try:
                 parameter = decode(ControlParameter, event.value)
-                self._set_param(parameter.name, parameter.value)
-            except (ContractError, CoreError) as exc:
+            except ContractError as exc:
                 await self._dead_letter(CONTROL, event, exc)
                 continue
-            self.params_table[parameter.name] = parameter.value
-            log.info("parameter %s = %r (by %s)", parameter.name, parameter.value, parameter.set_by)
+            try:
+                self._set_param(parameter.name, parameter.value)
+            except CoreError as exc:  # the API checks bounds too; a direct writer may not
+                await self._dead_letter(CONTROL, event, exc)
+                await self._report(self.control.rejected(parameter, exc))
+                continue
+            self.params_table[parameter.name] = {
+                "value": parameter.value,
+                "revision": parameter.revision,
+            }
+            log.info(
+                "parameter %s = %r (revision %d, by %s)",
+                parameter.name,
+                parameter.value,
+                parameter.revision,
+                parameter.set_by,
+            )
+            await self._report(self.control.applied(parameter))
             self._wanted.set()
+
+    async def _report(self, status: ControlStatus) -> None:
+        topic = self._out[CONTROL_STATUS.base]
+        await topic.send(key=status.service.encode(), value=encode(status))
+
+    async def _heartbeat(self) -> None:
+        if self._restored.is_set():
+            await self._report(self.control.heartbeat())
 
     def _set_param(self, name: str, value: float | bool | str) -> None:
         self.params = self.params.with_setting(name, value)
@@ -246,6 +286,7 @@ class Processor:
             self.settings.processor_policy,
             time.time(),
             self.epoch,
+            self.control.revision,
         )
         topic = self._out[PRIORITIES.base]
         sent = 0

@@ -69,8 +69,10 @@ def compute_priorities(
     policy: str,
     now: float,
     epoch: int,
+    params_revision: int = 0,
 ) -> PriorityResult:
-    """A PriorityUpdate for every pending and running job at ``now``."""
+    """A PriorityUpdate for every pending and running job at ``now``, under ``params``
+    (the values of parameter revision ``params_revision``)."""
     specs = [NodeSpec(n.node_id, n.gpu_model, len(n.gpus), _UNLIMITED, _UNLIMITED) for n in nodes]
     scheduler, misplaced = Scheduler.restore(
         specs,
@@ -100,6 +102,7 @@ def compute_priorities(
                 pending_reason=f"{reason.category}: {reason.message}" if reason else None,
                 estimated_start=_when(reason.start_estimate) if reason else None,
                 epoch=epoch,
+                params_revision=params_revision,
             )
         )
     for node_id, node in scheduler.state.nodes.items():
