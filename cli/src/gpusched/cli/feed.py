@@ -27,7 +27,7 @@ async def _feed(
     settings: KafkaSettings, path: Path, speed: float, max_gap_s: float, limit: int | None
 ) -> int:
     jobs = load_jobs(path)[:limit]
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap_servers, acks="all")
+    producer = AIOKafkaProducer(**settings.client_options(), acks="all")
     await producer.start()
     topic = JOBS.name(settings.topic_prefix)
     sent = 0

@@ -26,6 +26,7 @@ from rich.console import Console
 
 from gpusched.api import ApiSettings
 from gpusched.api.tokens import Role, TokenFile
+from gpusched.contracts import KafkaSettings
 from gpusched.contracts.provision import ensure_topics
 from gpusched.local.kafka import BrokerError, LocalBroker
 from gpusched.local.procs import gpusched_executable, var_dir
@@ -43,6 +44,7 @@ class Service:
     name: str
     args: list[str]
     ready: str | None = None  # URL that answers once the service is up
+    env: dict[str, str] = field(default_factory=dict)  # over the platform's (its principal)
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
 
@@ -64,7 +66,7 @@ class Supervisor:
         log = (self.run_dir / f"{service.name}.log").open("ab")
         service.proc = subprocess.Popen(
             [str(GPUSCHED), *service.args],
-            env=self.env,
+            env={**self.env, **service.env},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -180,15 +182,22 @@ def up(
     run_dir = run_dir or var_dir() / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    broker = None
+    broker = local = None
+    prefix = env.get("GPUSCHED_TOPIC_PREFIX", "")
+    api_env: dict[str, str] = {}
     if not env.get("KAFKA_BOOTSTRAP_SERVERS"):
-        broker = LocalBroker()
+        local = LocalBroker()
         console.print("starting the local Kafka broker ...")
-        started = broker.up()
-        env["KAFKA_BOOTSTRAP_SERVERS"] = broker.bootstrap
-        if not started:
-            broker = None  # it was already running: leave it running
-    ensure_topics(env["KAFKA_BOOTSTRAP_SERVERS"], env.get("GPUSCHED_TOPIC_PREFIX", ""))
+        started = local.up()
+        broker = local if started else None  # already running: leave it running
+        # with authentication (GPUSCHED_LOCAL_KAFKA_AUTH=scram) each service connects as
+        # its principal: the API as gpusched-api, the others as gpusched-services
+        env.update(local.client_env("gpusched-services"))
+        api_env = local.client_env("gpusched-api")
+        ensure_topics(local.settings(), prefix)
+        local.grant(prefix)
+    else:
+        ensure_topics(KafkaSettings(), prefix)  # someone else's broker, our credentials
     store = StoreSettings()
     sql_url = env.setdefault("GPUSCHED_STORE_SQL_URL", store.sql_url)
     env["GPUSCHED_DISPATCHER_SIM_URL"] = f"http://127.0.0.1:{sim_port}"
@@ -225,7 +234,7 @@ def up(
                 str(collect_interval),
             ],
         ),
-        Service("api", ["api", "--port", str(api_port)], f"{api}/healthz"),
+        Service("api", ["api", "--port", str(api_port)], f"{api}/healthz", api_env),
     ]
     if feed_trace:
         services.append(Service("feed", ["feed", "--jobs", str(feed_trace), "--speed", str(speed)]))
@@ -254,7 +263,13 @@ def up(
             f"  submit        gpusched submit --gpus 2 --tenant me   then   gpusched status <id>\n"
             f'  SQL           gpusched sql "SELECT type, count() FROM job_events GROUP BY type"\n'
             f"  cluster       http://127.0.0.1:{sim_port}/nodes\n"
-            "Ctrl-C stops everything it started.\n"
+            + (
+                f"  Kafka         SASL/SCRAM and ACLs; principals and passwords in "
+                f"{local.credentials_file}\n"
+                if local is not None and local.auth
+                else ""
+            )
+            + "Ctrl-C stops everything it started.\n"
         )
         sup.watch(stop, one_shot=("feed",))
     finally:

@@ -244,7 +244,7 @@ def submit(
     # aiokafka logs each failed connection attempt; the error below says it once
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
-        asyncio.run(publish(settings.kafka_bootstrap_servers, settings.topic_prefix, [event]))
+        asyncio.run(publish(settings, settings.topic_prefix, [event]))
     except EventLogUnreachable as exc:
         console.print(f"[red]error:[/] {exc}; the job was not submitted")
         raise typer.Exit(1) from exc

@@ -10,26 +10,42 @@ State (data, PID, log, config) lives in ``var/kafka``. ``up`` on a running broke
 ensures the topics; a PID file whose process is gone (``kill -9``) is removed and the
 broker restarted on the same data. Where ``KAFKA_BOOTSTRAP_SERVERS`` is set, that broker
 is used and none started.
+
+With ``--auth`` (or ``GPUSCHED_LOCAL_KAFKA_AUTH=scram``) the client listener asks for
+SASL/SCRAM-SHA-256 and an ACL authorizer decides what each principal may do (nothing
+unless granted). Four principals are created when the data directory is formatted, with
+random passwords kept in ``<state>/credentials.json`` (mode 0600): ``admin`` (super user),
+``gpusched-services`` (the platform's services: every topic and group of the deployment),
+``gpusched-api`` (writes the jobs and control topics, reads control and control status)
+and ``gpusched-reader`` (integrators: read every topic, groups named ``<prefix>reader*``).
+``GPUSCHED_LOCAL_KAFKA_AUTH`` must be chosen before the data directory is first
+formatted. The controller listener (broker to controller, inside the one process) is
+authenticated with SASL/PLAIN as ``admin``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import secrets
 import subprocess
 import sys
 import time
+from hashlib import sha256
 from importlib import resources
 from pathlib import Path
 
-from gpusched.contracts import ContractError
+from gpusched.contracts import CONTROL, CONTROL_STATUS, JOBS, ContractError, KafkaSettings
 from gpusched.contracts.provision import ensure_topics
 from gpusched.local.procs import LocalError, cache_dir, pid_alive, port_open, stop_pid, var_dir
 
 __all__ = ["BrokerError", "LocalBroker", "external_bootstrap"]
 
 KAFKA_VERSION_MARKER = "4.1.1"  # keep in step with <kafka.version> in pom.xml
+PRINCIPALS = ("admin", "gpusched-services", "gpusched-api", "gpusched-reader")
+_SCRAM = "SCRAM-SHA-256"
 
 
 class BrokerError(LocalError):
@@ -50,6 +66,7 @@ class LocalBroker:
         cache: Path | None = None,
         port: int | None = None,
         heap: str | None = None,
+        auth: bool | None = None,
     ) -> None:
         # Defaults come from the environment at construction, so a CLI run can be pointed
         # at another port and folder (GPUSCHED_LOCAL_KAFKA_PORT, _DIR, _HEAP).
@@ -57,6 +74,9 @@ class LocalBroker:
         state_dir = state_dir or Path(env.get("GPUSCHED_LOCAL_KAFKA_DIR", var_dir() / "kafka"))
         port = port or int(env.get("GPUSCHED_LOCAL_KAFKA_PORT", "19092"))
         heap = heap or env.get("GPUSCHED_LOCAL_KAFKA_HEAP", "512m")
+        if auth is None:
+            auth = env.get("GPUSCHED_LOCAL_KAFKA_AUTH", "none") == "scram"
+        self.auth = auth
         self.state_dir = state_dir
         self.libs = (cache or cache_dir() / "kafka") / "libs"
         self.port = port
@@ -66,6 +86,7 @@ class LocalBroker:
         self.log_file = state_dir / "broker.log"
         self.config = state_dir / "server.properties"
         self.data_dir = state_dir / "data"
+        self.credentials_file = state_dir / "credentials.json"
 
     @property
     def bootstrap(self) -> str:
@@ -74,7 +95,8 @@ class LocalBroker:
     # -- jars -----------------------------------------------------------------
     def resolve_jars(self) -> None:
         """Copy the broker's jars from Maven Central into the cache, once."""
-        marker = self.libs / f".complete-{KAFKA_VERSION_MARKER}"
+        pom_xml = (resources.files("gpusched.local") / "pom.xml").read_bytes()
+        marker = self.libs / f".complete-{KAFKA_VERSION_MARKER}-{sha256(pom_xml).hexdigest()[:12]}"
         if marker.exists():
             return
         if subprocess.run(["which", "mvn"], capture_output=True).returncode != 0:
@@ -118,34 +140,48 @@ class LocalBroker:
 
     def _write_config(self) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(
-            "\n".join(
-                [
-                    "process.roles=broker,controller",
-                    "node.id=1",
-                    f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
-                    f"CONTROLLER://127.0.0.1:{self.controller_port}",
-                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
-                    "controller.listener.names=CONTROLLER",
-                    "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-                    "inter.broker.listener.name=PLAINTEXT",
-                    f"log.dirs={self.data_dir}",
-                    "num.partitions=3",
-                    "offsets.topic.replication.factor=1",
-                    "offsets.topic.num.partitions=6",
-                    "transaction.state.log.replication.factor=1",
-                    "transaction.state.log.min.isr=1",
-                    "share.coordinator.state.topic.replication.factor=1",
-                    "share.coordinator.state.topic.min.isr=1",
-                    "group.initial.rebalance.delay.ms=0",
-                    "auto.create.topics.enable=false",
-                    "message.max.bytes=2097152",
-                    "log.cleaner.dedupe.buffer.size=16777216",
-                    "",
-                ]
-            )
-        )
+        client = "SASL_PLAINTEXT" if self.auth else "PLAINTEXT"
+        lines = [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners={client}://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners={client}://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            f"listener.security.protocol.map={client}:{client},CONTROLLER:{client}",
+            f"inter.broker.listener.name={client}",
+            f"log.dirs={self.data_dir}",
+            "num.partitions=3",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=6",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "message.max.bytes=2097152",
+            "log.cleaner.dedupe.buffer.size=16777216",
+        ]
+        if self.auth:
+            admin = self.credentials()["admin"]
+            scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+            plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+            lines += [
+                f"sasl.enabled.mechanisms={_SCRAM}",
+                f"sasl.mechanism.inter.broker.protocol={_SCRAM}",
+                f"listener.name.sasl_plaintext.{_SCRAM.lower()}.sasl.jaas.config={scram} "
+                f'required username="admin" password="{admin}";',
+                "sasl.mechanism.controller.protocol=PLAIN",
+                "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+                f"listener.name.controller.plain.sasl.jaas.config={plain} required "
+                f'username="admin" password="{admin}" user_admin="{admin}";',
+                "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "super.users=User:admin",
+                "allow.everyone.if.no.acl.found=false",
+            ]
+        self.config.write_text("\n".join([*lines, ""]))
         (self.state_dir / "log4j2.properties").write_text(
             "status = warn\n"
             "appender.out.type = Console\nappender.out.name = out\n"
@@ -157,6 +193,76 @@ class LocalBroker:
             "logger.org.name = org.apache.kafka\nlogger.org.level = warn\n"
             "logger.state.name = state.change.logger\nlogger.state.level = warn\n"
         )
+
+    def credentials(self) -> dict[str, str]:
+        """principal -> password of a broker with authentication (made on first use)."""
+        if not self.credentials_file.exists():
+            if (self.data_dir / "meta.properties").exists():
+                raise BrokerError(
+                    f"the broker data in {self.data_dir} was formatted without "
+                    "authentication; use another GPUSCHED_LOCAL_KAFKA_DIR or `make clean`"
+                )
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.credentials_file.touch(mode=0o600)
+            made = {name: secrets.token_urlsafe(24) for name in PRINCIPALS}
+            self.credentials_file.write_text(json.dumps(made, indent=2) + "\n")
+        known: dict[str, str] = json.loads(self.credentials_file.read_text())
+        return known
+
+    def client_env(self, principal: str) -> dict[str, str]:
+        """The environment that points a gpusched client at this broker as ``principal``."""
+        env = {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
+        if self.auth:
+            env.update(
+                GPUSCHED_KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT",
+                GPUSCHED_KAFKA_SASL_MECHANISM=_SCRAM,
+                GPUSCHED_KAFKA_SASL_USERNAME=principal,
+                GPUSCHED_KAFKA_SASL_PASSWORD=self.credentials()[principal],
+            )
+        return env
+
+    def settings(self, principal: str = "admin") -> KafkaSettings:
+        """Client settings for this broker, as ``principal`` where it asks for one."""
+        env = self.client_env(principal)
+        return KafkaSettings.model_validate(
+            {
+                "KAFKA_BOOTSTRAP_SERVERS": env["KAFKA_BOOTSTRAP_SERVERS"],
+                "kafka_security_protocol": env.get(
+                    "GPUSCHED_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"
+                ),
+                "kafka_sasl_username": env.get("GPUSCHED_KAFKA_SASL_USERNAME"),
+                "kafka_sasl_password": env.get("GPUSCHED_KAFKA_SASL_PASSWORD"),
+            }
+        )
+
+    def grant(self, prefix: str = "") -> None:
+        """The ACLs of the deployment whose topics start with ``prefix`` (with auth)."""
+        if not self.auth:
+            return
+        admin = self.state_dir / "admin.properties"
+        admin.touch(mode=0o600)
+        scram = "org.apache.kafka.common.security.scram.ScramLoginModule"
+        admin.write_text(
+            f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={_SCRAM}\n"
+            f'sasl.jaas.config={scram} required username="admin" '
+            f'password="{self.credentials()["admin"]}";\n'
+        )
+        for acl in _acls(prefix):
+            proc = subprocess.run(
+                self._java(
+                    "org.apache.kafka.tools.AclCommand",
+                    "--bootstrap-server",
+                    self.bootstrap,
+                    "--command-config",
+                    str(admin),
+                    "--add",
+                    *acl,
+                ),
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                raise BrokerError(f"adding ACL {acl} failed:\n{proc.stdout}{proc.stderr}")
 
     def _format(self) -> None:
         if (self.data_dir / "meta.properties").exists():
@@ -171,9 +277,19 @@ class LocalBroker:
             .stdout.strip()
             .splitlines()[-1]
         )
+        users = []
+        if self.auth:
+            for name, password in self.credentials().items():
+                users += ["--add-scram", f"{_SCRAM}=[name={name},password={password}]"]
         proc = subprocess.run(
             self._java(
-                "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(self.config)
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(self.config),
+                *users,
             ),
             capture_output=True,
             text=True,
@@ -219,7 +335,7 @@ class LocalBroker:
         from aiokafka.admin import AIOKafkaAdminClient
 
         async def answers() -> bool:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=3000)
+            admin = AIOKafkaAdminClient(**self.settings().client_options(), request_timeout_ms=3000)
             try:
                 await admin.start()
                 await admin.describe_cluster()
@@ -253,15 +369,62 @@ class LocalBroker:
         return True
 
 
+def _acls(prefix: str) -> list[list[str]]:
+    """AclCommand arguments: what each principal of the deployment under ``prefix`` may do."""
+    topics = (
+        ["--topic", prefix, "--resource-pattern-type", "prefixed"] if prefix else ["--topic", "*"]
+    )
+    groups = (
+        ["--group", prefix, "--resource-pattern-type", "prefixed"] if prefix else ["--group", "*"]
+    )
+
+    def principal(name: str, *operations: str) -> list[str]:
+        return [
+            "--allow-principal",
+            f"User:{name}",
+            *(a for op in operations for a in ("--operation", op)),
+        ]
+
+    def named(*bases: str) -> list[str]:
+        return [a for base in bases for a in ("--topic", f"{prefix}{base}")]
+
+    return [
+        [*principal("gpusched-services", "All"), *topics],
+        [*principal("gpusched-services", "All"), *groups],
+        [
+            *principal(
+                "gpusched-services", "Create", "Describe", "DescribeConfigs", "IdempotentWrite"
+            ),
+            "--cluster",
+        ],
+        [*principal("gpusched-api", "Write", "Describe"), *named(JOBS.base, CONTROL.base)],
+        [*principal("gpusched-api", "Read", "Describe"), *named(CONTROL.base, CONTROL_STATUS.base)],
+        [*principal("gpusched-reader", "Read", "Describe"), *topics],
+        [
+            *principal("gpusched-reader", "Read"),
+            "--group",
+            f"{prefix}reader",
+            "--resource-pattern-type",
+            "prefixed",
+        ],
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("command", choices=["up", "down", "status", "topics"])
     parser.add_argument("--prefix", default="", help="topic prefix for 'up' and 'topics'")
+    parser.add_argument(
+        "--auth",
+        action="store_true",
+        help="SASL/SCRAM and ACLs (also GPUSCHED_LOCAL_KAFKA_AUTH=scram); credentials in "
+        "<state>/credentials.json",
+    )
     args = parser.parse_args(argv)
     external = external_bootstrap()
-    broker = LocalBroker()
+    broker = LocalBroker(auth=True if args.auth else None)
     try:
         if external:
             if args.command in ("up", "topics"):
@@ -272,13 +435,15 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "up":
             started = broker.up()
-            created = ensure_topics(broker.bootstrap, args.prefix)
+            created = ensure_topics(broker.settings(), args.prefix)
+            broker.grant(args.prefix)
             state = "started" if started else "already running"
             print(f"kafka {state} at {broker.bootstrap}; created {len(created)} topics")
         elif args.command == "down":
             print("kafka stopped" if broker.down() else "kafka was not running")
         elif args.command == "topics":
-            created = ensure_topics(broker.bootstrap, args.prefix)
+            created = ensure_topics(broker.settings(), args.prefix)
+            broker.grant(args.prefix)
             print(f"created {len(created)} topics")
         else:
             pid = broker.running_pid()

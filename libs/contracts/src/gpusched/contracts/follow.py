@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from gpusched.contracts.codec import decode
 from gpusched.contracts.errors import ContractError
+from gpusched.contracts.settings import KafkaSettings, client_options
 
 __all__ = ["follow_topic"]
 
@@ -27,19 +28,20 @@ E = TypeVar("E", bound=BaseModel)
 
 
 async def follow_topic(
-    bootstrap: str,
+    kafka: KafkaSettings | str,
     topic: str,
     model: type[E],
     apply: Callable[[E], None],
     caught_up: asyncio.Event,
 ) -> None:
-    """Apply every valid record of ``topic`` from its start, in partition order; set
+    """Apply every valid record of ``topic`` (on the broker of ``kafka``: settings, or
+    bootstrap servers without authentication) from its start, in partition order; set
     ``caught_up`` once what was there at start is applied. Runs until cancelled, and
     reconnects (from the start again: ``apply`` must be idempotent) when the broker goes."""
     while True:
         consumer = AIOKafkaConsumer(
             topic,
-            bootstrap_servers=bootstrap,
+            **client_options(kafka),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )  # no group: every partition, from the start

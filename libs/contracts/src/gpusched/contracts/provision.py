@@ -17,6 +17,7 @@ import yaml
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from gpusched.contracts.errors import ProvisionError
+from gpusched.contracts.settings import KafkaSettings, client_options
 from gpusched.contracts.topics import DLQ_SUFFIX
 
 __all__ = ["TopicSpec", "ensure_topics", "topic_specs"]
@@ -59,8 +60,10 @@ def topic_specs(prefix: str = "", path: Path | None = None) -> list[TopicSpec]:
     return specs
 
 
-async def _create(bootstrap: str, specs: list[TopicSpec], timeout_s: float) -> list[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+async def _create(
+    kafka: KafkaSettings | str, specs: list[TopicSpec], timeout_s: float
+) -> list[str]:
+    admin = AIOKafkaAdminClient(**client_options(kafka), request_timeout_ms=10_000)
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -82,7 +85,12 @@ async def _create(bootstrap: str, specs: list[TopicSpec], timeout_s: float) -> l
 
 
 def ensure_topics(
-    bootstrap: str, prefix: str = "", timeout_s: float = 30.0, path: Path | None = None
+    kafka: KafkaSettings | str,
+    prefix: str = "",
+    timeout_s: float = 30.0,
+    path: Path | None = None,
 ) -> list[str]:
-    """Create the declared topics under ``prefix`` where missing; return those created."""
-    return asyncio.run(_create(bootstrap, topic_specs(prefix, path), timeout_s))
+    """Create the declared topics under ``prefix`` where missing (on the broker of
+    ``kafka``: settings, or bootstrap servers without authentication); return those
+    created."""
+    return asyncio.run(_create(kafka, topic_specs(prefix, path), timeout_s))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["KafkaSettings"]
+__all__ = ["KafkaSettings", "client_options"]
 
 
 class KafkaSettings(BaseSettings):
-    """Where the broker is and under which topic prefix this deployment lives."""
+    """Where the broker is, under which topic prefix this deployment lives, and how a
+    client proves who it is (SASL/SCRAM when the broker asks for it)."""
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
 
@@ -21,3 +24,52 @@ class KafkaSettings(BaseSettings):
         description="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS is read too)",
     )
     topic_prefix: str = Field(default="", description="prefix before every topic name")
+    kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT",
+        description="PLAINTEXT, or SASL_PLAINTEXT / SASL_SSL to authenticate with SCRAM",
+    )
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="SCRAM-SHA-256", description="the SASL mechanism (with SASL_*)"
+    )
+    kafka_sasl_username: str | None = Field(
+        default=None, description="the client's Kafka principal (with SASL_*)"
+    )
+    kafka_sasl_password: SecretStr | None = Field(
+        default=None, description="its password (with SASL_*)"
+    )
+
+    @model_validator(mode="after")
+    def _credentials(self) -> KafkaSettings:
+        sasl = self.kafka_security_protocol.startswith("SASL")
+        if sasl and not (self.kafka_sasl_username and self.kafka_sasl_password):
+            raise ValueError(
+                f"GPUSCHED_KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs "
+                "GPUSCHED_KAFKA_SASL_USERNAME and GPUSCHED_KAFKA_SASL_PASSWORD"
+            )
+        return self
+
+    def client_options(self) -> dict[str, Any]:
+        """The connection keyword arguments of an aiokafka client (producer, consumer,
+        admin): the bootstrap servers and, with SASL, the credentials."""
+        options: dict[str, Any] = {"bootstrap_servers": self.kafka_bootstrap_servers}
+        if self.kafka_security_protocol != "PLAINTEXT":
+            assert self.kafka_sasl_password is not None  # checked above
+            options.update(
+                security_protocol=self.kafka_security_protocol,
+                sasl_mechanism=self.kafka_sasl_mechanism,
+                sasl_plain_username=self.kafka_sasl_username,
+                sasl_plain_password=self.kafka_sasl_password.get_secret_value(),
+            )
+        if self.kafka_security_protocol == "SASL_SSL":
+            from aiokafka.helpers import create_ssl_context
+
+            options["ssl_context"] = create_ssl_context()
+        return options
+
+
+def client_options(kafka: KafkaSettings | str) -> dict[str, Any]:
+    """aiokafka connection options from settings, or from bare bootstrap servers (a
+    broker without authentication)."""
+    if isinstance(kafka, str):
+        return {"bootstrap_servers": kafka}
+    return kafka.client_options()

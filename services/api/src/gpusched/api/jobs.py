@@ -22,6 +22,7 @@ from aiokafka.errors import KafkaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, encode
+from gpusched.contracts.settings import KafkaSettings, client_options
 from gpusched.contracts.topics import JOBS
 from gpusched.core import Params
 from gpusched.store import StoreError, StoreSettings, read_query
@@ -140,13 +141,12 @@ def cluster_models(store: StoreSettings | None = None) -> dict[str, int]:
 
 
 async def publish(
-    bootstrap: str, prefix: str, events: list[JobEvent], timeout_s: float = 10.0
+    kafka: KafkaSettings | str, prefix: str, events: list[JobEvent], timeout_s: float = 10.0
 ) -> None:
     """Publish job events and wait until the broker has them all;
     ``EventLogUnreachable`` when it does not within ``timeout_s``."""
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", request_timeout_ms=int(timeout_s * 1000)
-    )
+    options = client_options(kafka)
+    producer = AIOKafkaProducer(**options, acks="all", request_timeout_ms=int(timeout_s * 1000))
 
     async def send_all() -> None:
         await producer.start()
@@ -157,7 +157,8 @@ async def publish(
     try:
         await asyncio.wait_for(send_all(), timeout_s)
     except (TimeoutError, KafkaError) as exc:
-        raise EventLogUnreachable(bootstrap, kafka_failure(exc, timeout_s)) from exc
+        where = options["bootstrap_servers"]
+        raise EventLogUnreachable(where, kafka_failure(exc, timeout_s)) from exc
     finally:
         with contextlib.suppress(Exception):  # stopping a producer that never started
             await asyncio.wait_for(producer.stop(), timeout_s)

@@ -108,19 +108,18 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         # a job the API could not hand over in time expires from the producer's buffer
         # soon after (request timeout = the bound) rather than arriving after its 503
         producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap_servers,
+            **settings.client_options(),
             acks="all",
             request_timeout_ms=int(settings.api_kafka_timeout_s * 1000),
         )
         await producer.start()
         kafka["producer"] = producer
-        bootstrap = settings.kafka_bootstrap_servers
         followers = [
             asyncio.create_task(follow_topic(*follow))
             for follow in (
-                (bootstrap, CONTROL.name(prefix), ControlParameter, ledger.on_control, ledger_read),
+                (settings, CONTROL.name(prefix), ControlParameter, ledger.on_control, ledger_read),
                 (
-                    bootstrap,
+                    settings,
                     CONTROL_STATUS.name(prefix),
                     ControlStatus,
                     ledger.on_status,

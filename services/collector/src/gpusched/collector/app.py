@@ -111,13 +111,13 @@ async def run_collector(
     stop = stop or asyncio.Event()
     occupancy = Occupancy()
     source, clock = build_source(settings, occupancy)
-    prefix, bootstrap = settings.topic_prefix, settings.kafka_bootstrap_servers
+    prefix = settings.topic_prefix
     publisher = TelemetryPublisher(
-        bootstrap, TELEMETRY.name(prefix), settings.collector_buffer_samples
+        settings, TELEMETRY.name(prefix), settings.collector_buffer_samples
     )
     caught_up = asyncio.Event()
     follower = asyncio.create_task(
-        follow_topic(bootstrap, JOBS.name(prefix), JobEvent, occupancy.apply, caught_up)
+        follow_topic(settings, JOBS.name(prefix), JobEvent, occupancy.apply, caught_up)
     )
     try:  # start from what the backend says runs now, not from an empty cluster
         await asyncio.wait_for(caught_up.wait(), _CATCH_UP_S)

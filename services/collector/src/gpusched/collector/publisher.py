@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from gpusched.contracts import GpuTelemetrySample, encode
+from gpusched.contracts.settings import KafkaSettings, client_options
 
 __all__ = ["TelemetryPublisher"]
 
@@ -26,8 +27,10 @@ log = logging.getLogger(__name__)
 class TelemetryPublisher:
     """Buffer and send samples keyed by GPU UUID."""
 
-    def __init__(self, bootstrap: str, topic: str, capacity: int, batch_size: int = 5_000) -> None:
-        self.bootstrap = bootstrap
+    def __init__(
+        self, kafka: KafkaSettings | str, topic: str, capacity: int, batch_size: int = 5_000
+    ) -> None:
+        self.kafka = kafka
         self.topic = topic
         self.capacity = capacity
         self.batch_size = batch_size
@@ -81,7 +84,7 @@ class TelemetryPublisher:
     async def _connected(self) -> AIOKafkaProducer:
         if self._producer is None:
             producer = AIOKafkaProducer(
-                bootstrap_servers=self.bootstrap,
+                **client_options(self.kafka),
                 linger_ms=20,
                 max_batch_size=1 << 20,
                 acks="all",

@@ -52,8 +52,8 @@ async def run_dispatcher(
         from gpusched.dispatcher.backends import make_backend
 
         backend = await make_backend(settings)
-    bootstrap, prefix = settings.kafka_bootstrap_servers, settings.topic_prefix
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=2)
+    kafka, prefix = settings, settings.topic_prefix
+    producer = AIOKafkaProducer(**kafka.client_options(), acks="all", linger_ms=2)
     await producer.start()
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -65,16 +65,16 @@ async def run_dispatcher(
 
         tasks.append(asyncio.create_task(pump()))
         followers = (
-            follow_topic(bootstrap, JOBS.name(prefix), JobEvent, d.on_job_event, asyncio.Event()),
+            follow_topic(kafka, JOBS.name(prefix), JobEvent, d.on_job_event, asyncio.Event()),
             follow_topic(
-                bootstrap, FORECASTS.name(prefix), DemandForecast, d.outlook.apply, asyncio.Event()
+                kafka, FORECASTS.name(prefix), DemandForecast, d.outlook.apply, asyncio.Event()
             ),
             follow_topic(
-                bootstrap, CONTROL.name(prefix), ControlParameter, d.on_control, asyncio.Event()
+                kafka, CONTROL.name(prefix), ControlParameter, d.on_control, asyncio.Event()
             ),
-            follow_topic(bootstrap, VIEW.name(prefix), NodeView, d.on_node_view, asyncio.Event()),
+            follow_topic(kafka, VIEW.name(prefix), NodeView, d.on_node_view, asyncio.Event()),
             follow_topic(
-                bootstrap, PRIORITIES.name(prefix), PriorityUpdate, d.on_priority, asyncio.Event()
+                kafka, PRIORITIES.name(prefix), PriorityUpdate, d.on_priority, asyncio.Event()
             ),
             d.forward_priorities(),
             d.report_control(),

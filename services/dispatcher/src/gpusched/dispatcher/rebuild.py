@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaProducer
 
 from gpusched.contracts import JobEvent, PlacementDecision
 from gpusched.contracts.follow import follow_topic
+from gpusched.contracts.settings import KafkaSettings
 from gpusched.contracts.topics import JOBS, PLACEMENTS
 from gpusched.core import (
     JobState,
@@ -37,9 +38,9 @@ log = logging.getLogger(__name__)
 _CATCH_UP_S = 120.0
 
 
-async def _read_all(bootstrap: str, topic: str, model: type[Any], into: list[Any]) -> None:
+async def _read_all(kafka: KafkaSettings, topic: str, model: type[Any], into: list[Any]) -> None:
     caught_up = asyncio.Event()
-    task = asyncio.create_task(follow_topic(bootstrap, topic, model, into.append, caught_up))
+    task = asyncio.create_task(follow_topic(kafka, topic, model, into.append, caught_up))
     try:
         await asyncio.wait_for(caught_up.wait(), _CATCH_UP_S)
     finally:
@@ -51,10 +52,10 @@ async def rebuild(
     settings: DispatcherSettings, backend: Backend, producer: AIOKafkaProducer
 ) -> Dispatcher:
     """The scheduler as of now: nodes from the backend, jobs from the topic's record."""
-    bootstrap, prefix = settings.kafka_bootstrap_servers, settings.topic_prefix
+    prefix = settings.topic_prefix
     nodes = await backend.nodes()
     decisions: list[PlacementDecision] = []
-    await _read_all(bootstrap, PLACEMENTS.name(prefix), PlacementDecision, decisions)
+    await _read_all(settings, PLACEMENTS.name(prefix), PlacementDecision, decisions)
     epoch = max((d.epoch for d in decisions), default=-1) + 1
     outlook = LiveOutlook()
     scheduler = Scheduler(
@@ -69,7 +70,7 @@ async def rebuild(
             scheduler.state.set_power(n.node_id, n.power)
     d = Dispatcher(settings, backend, producer, scheduler, epoch, await backend.log_id(), outlook)
     events: list[JobEvent] = []
-    await _read_all(bootstrap, JOBS.name(prefix), JobEvent, events)
+    await _read_all(settings, JOBS.name(prefix), JobEvent, events)
     for event in sorted(events, key=lambda e: e.ts):
         d.on_recorded_job_event(event)
     for running in await backend.jobs():

@@ -177,15 +177,15 @@ async def run_forecaster(
     """Forecast until ``stop`` is set (or ``rounds`` refits are done); forecasts published."""
     stop = stop or asyncio.Event()
     store = store or StoreSettings()
-    bootstrap, prefix = settings.kafka_bootstrap_servers, settings.topic_prefix
+    prefix = settings.topic_prefix
     folder = DemandFolder(float(settings.forecaster_step_s))
     loaded = await asyncio.to_thread(load_history, folder, store)
     log.info("folded %d job events from the store", loaded)
     caught_up = asyncio.Event()
     follower = asyncio.create_task(
-        follow_topic(bootstrap, JOBS.name(prefix), JobEvent, folder.apply, caught_up)
+        follow_topic(settings, JOBS.name(prefix), JobEvent, folder.apply, caught_up)
     )
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = AIOKafkaProducer(**settings.client_options(), acks="all")
     refitter = Refitter(settings)
     published = 0
     done = 0

@@ -75,6 +75,7 @@ class Processor:
             key_serializer="json",  # the tables' changelogs; the contract topics are raw bytes
             value_serializer="json",
             web_enabled=False,
+            broker_credentials=_credentials(settings),
             broker_session_timeout=6.0,  # a killed worker's partitions move on within seconds
             broker_heartbeat_interval=2.0,
             producer_linger=0.005,
@@ -207,7 +208,7 @@ class Processor:
         while True:
             consumer = AIOKafkaConsumer(
                 TELEMETRY.name(prefix),
-                bootstrap_servers=s.kafka_bootstrap_servers,
+                **s.client_options(),
                 group_id=f"{prefix}{s.processor_app_id}-telemetry",
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
@@ -304,6 +305,19 @@ class Processor:
         if changed:
             await self._publish_views(changed)
         return sent
+
+
+def _credentials(settings: ProcessorSettings) -> faust.SASLCredentials | None:
+    """Faust's form of the SASL settings (the aiokafka clients take client_options)."""
+    options = settings.client_options()
+    if "sasl_mechanism" not in options:
+        return None
+    return faust.SASLCredentials(
+        username=options["sasl_plain_username"],
+        password=options["sasl_plain_password"],
+        ssl_context=options.get("ssl_context"),
+        mechanism=options["sasl_mechanism"],
+    )
 
 
 def _text(key: bytes | str) -> str:

@@ -58,7 +58,7 @@ class Sink:
         s = self.settings
         consumer = AIOKafkaConsumer(
             *(t.name(self.prefix) for t in TOPICS),
-            bootstrap_servers=s.kafka_bootstrap_servers,
+            **s.client_options(),
             group_id=f"{self.prefix}{s.sink_group_id}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -66,7 +66,7 @@ class Sink:
             session_timeout_ms=6_000,
             heartbeat_interval_ms=2_000,
         )
-        producer = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap_servers, acks="all")
+        producer = AIOKafkaProducer(**s.client_options(), acks="all")
         await consumer.start()
         await producer.start()
         try:
