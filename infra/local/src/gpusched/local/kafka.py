@@ -227,9 +227,7 @@ class LocalBroker:
         return KafkaSettings.model_validate(
             {
                 "KAFKA_BOOTSTRAP_SERVERS": env["KAFKA_BOOTSTRAP_SERVERS"],
-                "kafka_security_protocol": env.get(
-                    "GPUSCHED_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"
-                ),
+                "kafka_security_protocol": env.get("GPUSCHED_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),
                 "kafka_sasl_username": env.get("GPUSCHED_KAFKA_SASL_USERNAME"),
                 "kafka_sasl_password": env.get("GPUSCHED_KAFKA_SASL_PASSWORD"),
             }
