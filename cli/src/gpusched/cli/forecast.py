@@ -163,8 +163,8 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """The latest published forecast of one series (from the store): each step's
-    forecast, its interval and a bar. Exit 1: no forecast of that series; 2: the store
-    is unreachable or the name is malformed."""
+    forecast, its interval and a bar. Exit 1: no forecast of that series, or the store
+    is unreachable; 2: a malformed name."""
     if not _SERIES.fullmatch(series):
         console.print(f"[red]error:[/] {series!r} is not a series name like gpu_demand/all")
         raise typer.Exit(2)
@@ -174,7 +174,7 @@ def show_command(
             names = read_query("SELECT DISTINCT series FROM forecasts ORDER BY series").rows
     except StoreError as exc:
         console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+        raise typer.Exit(1) from exc
     if not rows:
         known = ", ".join(r[0] for r in names) or "none yet (is the forecaster running?)"
         console.print(f"[red]error:[/] no forecast of {series!r}; series forecast: {known}")

@@ -1,7 +1,7 @@
 """`gpusched queue`, `nodes` and `cancel`: what a Slurm user finds in squeue, sinfo and
 scancel. Listings read the store (as `gpusched status` does); cancel goes through the
-REST API. Exit codes: 0 done, 1 nothing found (cancel: a job the API refused), 2 a
-dependency (store, API) unreachable or a bad option."""
+REST API. Exit codes: 0 done, 1 nothing found, a job the API refused to cancel, or a
+dependency (store, API) unreachable (the message names it), 2 a bad option."""
 
 from __future__ import annotations
 
@@ -34,12 +34,15 @@ def _table(title: str, *columns: str) -> Table:
 
 
 def _listing(read: Callable[[], list[T]]) -> list[T]:
-    """The rows ``read`` gives; a bad filter or an unreachable store exits 2, saying why."""
+    """The rows ``read`` gives; a bad filter exits 2, an unreachable store 1, saying why."""
     try:
         return read()
-    except (InvalidJob, StoreError) as exc:
+    except InvalidJob as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
+    except StoreError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
 
 
 def _hours(seconds: float) -> str:

@@ -1,7 +1,7 @@
 """``gpusched params show | set | history | revert``: the scheduling parameters through the
 REST API (so every change is checked, numbered and audited as one made in the console).
 
-Exit codes: 0 done, 1 the API refused (the reason is printed), 2 the API unreachable.
+Exit codes: 0 done, 1 the API refused (the reason is printed) or is unreachable.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="the API's JSON answer")]
 
 @contextmanager
 def api_client(api: str | None, token: str | None) -> Iterator[httpx.Client]:
-    """A client of the REST API; exit 2 naming it when it cannot be reached."""
+    """A client of the REST API; exit 1 naming it when it cannot be reached."""
     settings = ApiSettings()
     url = (api or f"http://{settings.api_host}:{settings.api_port}").rstrip("/")
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -51,7 +51,7 @@ def api_client(api: str | None, token: str | None) -> Iterator[httpx.Client]:
             f"[red]error:[/] the REST API at {url} is unreachable ({exc}); "
             "is the platform up? (make run)"
         )
-        raise typer.Exit(2) from exc
+        raise typer.Exit(1) from exc
 
 
 def _answer(response: httpx.Response, as_json: bool) -> Any:

@@ -258,9 +258,12 @@ def status(
     """A job's state, node(s), priority, its components and why it is pending."""
     try:
         found = job_status(job_id)
-    except (InvalidJob, StoreError) as exc:
+    except InvalidJob as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc
+    except StoreError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc
     if found is None:
         console.print(f"[yellow]no job {job_id} in the store (yet)[/]")
         raise typer.Exit(1)

@@ -29,7 +29,7 @@ def sql(
         answer = read_query(query)
     except StoreUnreachable as exc:
         console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+        raise typer.Exit(1) from exc
     except QueryRefused as exc:
         console.print(f"[red]query refused:[/] {exc}")
         raise typer.Exit(1) from exc

@@ -50,8 +50,8 @@ def _via_sink(url: str, query: str, timeout_s: float) -> QueryAnswer:
         response = httpx.post(f"{url.rstrip('/')}/sql", content=query.encode(), timeout=timeout_s)
     except httpx.HTTPError as exc:
         raise StoreUnreachable(
-            f"the sink's SQL endpoint at {url} is not reachable ({exc}); start the sink "
-            "(`gpusched sink`, or `make run`) or set GPUSCHED_STORE_SQL_URL"
+            f"the store (the sink's SQL endpoint) at {url} is unreachable ({exc}); is the "
+            "platform up? (make run; or `gpusched sink`, or set GPUSCHED_STORE_SQL_URL)"
         ) from exc
     if response.status_code != 200:
         try:
@@ -75,7 +75,10 @@ def _via_server(settings: StoreSettings, query: str) -> QueryAnswer:
             database=settings.database,
         )
     except Exception as exc:  # clickhouse-connect raises several types for "not there"
-        raise StoreUnreachable(f"ClickHouse at {parts.hostname}:{parts.port} ({exc})") from exc
+        raise StoreUnreachable(
+            f"the store (ClickHouse) at {parts.hostname}:{parts.port} is unreachable ({exc}); "
+            "is the server up, and is GPUSCHED_STORE_DSN right?"
+        ) from exc
     try:
         result = client.query(query, settings={"readonly": 1})
     except Exception as exc:  # ClickHouse's message says what was wrong
