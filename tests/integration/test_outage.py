@@ -5,9 +5,11 @@ the same data directory), so the session's broker is never touched."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -15,7 +17,7 @@ import pytest
 
 from gpusched.contracts.provision import ensure_topics
 from gpusched.local.kafka import LocalBroker
-from tests.pipeline import Pipeline, free_port
+from tests.pipeline import Pipeline, free_port, write_cluster
 
 pytestmark = [pytest.mark.slow]
 
@@ -74,3 +76,80 @@ def test_api_answers_503_while_kafka_is_down_and_recovers(
         assert "is back after" in log
     finally:
         p.stop()
+
+
+def test_every_service_says_once_that_the_event_log_went_and_came_back(
+    broker: LocalBroker, tmp_path: Path
+) -> None:
+    """Each long-running service logs one line when the broker goes and one when it is
+    back, and its GET /healthz says so meanwhile (503 naming the event log, then 200)."""
+    prefix = "outage2."
+    ensure_topics(broker.bootstrap, prefix)
+    p = Pipeline(broker.bootstrap, prefix, tmp_path)
+    cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=4, gpus_per_node=8)
+    sim_port = free_port()
+    health: dict[str, str] = {}
+
+    def start(name: str, *args: str, **env: str) -> None:
+        port = free_port()
+        health[name] = f"http://127.0.0.1:{port}/healthz"
+        p.start(name, *args, GPUSCHED_HEALTH_PORT=str(port), **env)
+
+    def states() -> dict[str, int]:
+        codes = {}
+        for name, url in health.items():
+            try:
+                codes[name] = httpx.get(url, timeout=5).status_code
+            except httpx.HTTPError:
+                codes[name] = 0
+        return codes
+
+    try:
+        start("sink")
+        start("process")
+        start("forecast", "serve")
+        p.start("simcluster", "--cluster", str(cluster), "--port", str(sim_port))
+        sim = f"http://127.0.0.1:{sim_port}"
+        p.wait_for("the simulated cluster", lambda: httpx.get(f"{sim}/info").is_success, 60)
+        start("dispatch", GPUSCHED_DISPATCHER_SIM_URL=sim)
+        start("collect", "--source", "simulated", "--cluster", str(cluster), "--interval", "1")
+        p.wait_for("every service healthy", lambda: set(states().values()) == {200}, 90)
+
+        os.kill(int(broker.pid_file.read_text()), signal.SIGKILL)
+        down = datetime.now() + timedelta(seconds=1)  # the services log in local time
+        p.wait_for("every service to report the event log down",
+                   lambda: set(states().values()) == {503}, 60)  # fmt: skip
+        report = httpx.get(health["sink"], timeout=5).json()
+        assert report["status"] == "degraded"
+        assert report["dependencies"]["the event log (Kafka)"]["state"] == "down"
+        assert report["dependencies"]["the store (ClickHouse)"]["state"] == "up"
+        time.sleep(10)  # long enough for many retries: still one line each
+
+        restarted = datetime.now()
+        broker.up()
+        p.wait_for("every service healthy again", lambda: set(states().values()) == {200}, 90)
+        for name in health:
+            log = p.log(name)
+            went = log.count(f"the event log (Kafka) at {broker.bootstrap} is unreachable")
+            back = log.count(f"the event log (Kafka) at {broker.bootstrap} is back after")
+            assert (went, back) == (1, 1), (name, log[-3000:])
+            # not a line per retry while it is away (the group's rejoin once it is back
+            # may say a few things once)
+            noise = [
+                line
+                for line in log.splitlines()
+                if ("ERROR" in line or "WARNING" in line) and down < _logged_at(line) < restarted
+            ]
+            assert len(noise) <= 2, (name, noise)
+    finally:
+        p.stop()
+
+
+def _logged_at(line: str) -> datetime:
+    """When a log line was written (our services' format and Faust's); 'never' if none."""
+    found = re.search(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", line)
+    if found is None:
+        return datetime.min
+    return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S") + timedelta(
+        milliseconds=int(found.group(2))
+    )

@@ -12,6 +12,7 @@ job), so killing the dispatcher mid-run is survivable, as a crash should be. Ctr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -29,7 +30,7 @@ from gpusched.api.tokens import Role, TokenFile
 from gpusched.contracts import KafkaSettings
 from gpusched.contracts.provision import ensure_topics
 from gpusched.local.kafka import BrokerError, LocalBroker
-from gpusched.local.procs import gpusched_executable, var_dir
+from gpusched.local.procs import free_port, gpusched_executable, var_dir
 from gpusched.sim import traces_dir
 from gpusched.store import StoreSettings
 
@@ -238,6 +239,15 @@ def up(
     ]
     if feed_trace:
         services.append(Service("feed", ["feed", "--jobs", str(feed_trace), "--speed", str(speed)]))
+    # every long-running service but the API (it has /readyz) serves GET /healthz: the
+    # state of its dependencies
+    health = {}
+    for service in services:
+        if service.name not in ("api", "simcluster", "feed"):
+            port = free_port()
+            service.env["GPUSCHED_HEALTH_PORT"] = str(port)
+            health[service.name] = f"http://127.0.0.1:{port}/healthz"
+    (run_dir / "health.json").write_text(json.dumps(health, indent=2) + "\n")
     # An admin token for this session, revoked when it stops; the children that call the
     # API (the CLI commands a user types in this shell) read GPUSCHED_TOKEN.
     tokens = TokenFile(ApiSettings().api_tokens_file)
@@ -263,6 +273,7 @@ def up(
             f"  submit        gpusched submit --gpus 2 --tenant me   then   gpusched status <id>\n"
             f'  SQL           gpusched sql "SELECT type, count() FROM job_events GROUP BY type"\n'
             f"  cluster       http://127.0.0.1:{sim_port}/nodes\n"
+            f"  health        {api}/readyz; the others' /healthz in {run_dir / 'health.json'}\n"
             + (
                 f"  Kafka         SASL/SCRAM and ACLs; principals and passwords in "
                 f"{local.credentials_file}\n"

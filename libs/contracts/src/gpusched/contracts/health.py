@@ -2,15 +2,58 @@
 
 A service that retries a broker or a store on every request would otherwise log an error
 per retry; with this it logs the transition only, and its health endpoint can report the
-state (``as_dict``).
+state (``as_dict``). ``watch_kafka`` asks the broker for its metadata every few seconds
+and reports to a ``Dependency``; ``HealthServer`` answers ``GET /healthz`` with the state
+of a service's dependencies from a thread of its own (so it answers while the service's
+loop is busy), 200 when all are up and 503 when one is not.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import logging
+import threading
 import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
-__all__ = ["Dependency"]
+from aiokafka.client import AIOKafkaClient
+from aiokafka.errors import KafkaError
+
+from gpusched.contracts.settings import KafkaSettings, client_options
+
+__all__ = ["Dependency", "HealthServer", "kafka_dependency", "service_health", "watch_kafka"]
+
+# aiokafka's loggers log every failed retry while a broker is away (hundreds of lines a
+# minute per client); ``watch_kafka`` says it once instead, and these are held back
+_RETRY_LOGGERS = (
+    "aiokafka",
+    "aiokafka.conn",
+    "aiokafka.consumer.fetcher",
+    "aiokafka.consumer.group_coordinator",
+    "aiokafka.producer.sender",
+)
+_RETRY_NOISE = (
+    "Connect call failed",
+    "Unable to update metadata",
+    "NodeNotReadyError",
+    "KafkaConnectionError",
+    "Marking the coordinator dead",
+    "is either not started or not valid",
+)
+
+
+class _RetryNoise(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(noise in message for noise in _RETRY_NOISE)
+
+
+_FILTER = _RetryNoise()
 
 
 class Dependency:
@@ -42,3 +85,97 @@ class Dependency:
         if self.error and not self.up:
             state["error"] = self.error
         return state
+
+
+def kafka_dependency(kafka: KafkaSettings, log: logging.Logger) -> Dependency:
+    """The event log as a dependency of a service."""
+    return Dependency("the event log (Kafka)", kafka.kafka_bootstrap_servers, log)
+
+
+async def watch_kafka(kafka: KafkaSettings, dependency: Dependency, every_s: float = 2.0) -> None:
+    """Ask the broker for its metadata every ``every_s`` and report to ``dependency``;
+    aiokafka's own per-retry connection errors are held back from this process's log, so
+    that it says once that the broker went and once that it is back. Runs until
+    cancelled."""
+    for name in _RETRY_LOGGERS:
+        logging.getLogger(name).addFilter(_FILTER)  # once: a filter is added only once
+    client = AIOKafkaClient(**client_options(kafka), request_timeout_ms=int(every_s * 1000))
+    started = False
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(every_s):
+                    if not started:
+                        await client.bootstrap()
+                        started = True
+                    await client.fetch_all_metadata()
+                dependency.answered()
+            except (TimeoutError, KafkaError, OSError) as exc:
+                dependency.failed(str(exc) or f"no answer within {every_s:g} s")
+            await asyncio.sleep(every_s)
+    finally:
+        await client.close()
+
+
+class HealthServer:
+    """``GET /healthz`` on ``host:port``: ``service`` and each dependency's state."""
+
+    def __init__(
+        self, service: str, dependencies: Sequence[Dependency], port: int, host: str = "127.0.0.1"
+    ) -> None:
+        self.service, self.dependencies = service, dependencies
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.split("?")[0] != "/healthz":
+                    self.send_error(404, "only /healthz is served here")
+                    return
+                up, report = server.report()
+                body = json.dumps(report).encode()
+                self.send_response(200 if up else 503)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_: Any) -> None:
+                pass  # probes every few seconds would flood the service's log
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def report(self) -> tuple[bool, dict[str, Any]]:
+        up = all(d.up for d in self.dependencies)
+        return up, {
+            "service": self.service,
+            "status": "ok" if up else "degraded",
+            "dependencies": {d.name: d.as_dict() for d in self.dependencies},
+        }
+
+    def __enter__(self) -> HealthServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@asynccontextmanager
+async def service_health(
+    kafka: KafkaSettings, service: str, log: logging.Logger, *others: Dependency
+) -> AsyncIterator[Dependency]:
+    """While inside: the broker watched (the event log ``Dependency`` is yielded) and, when
+    ``kafka.health_port`` is set, ``GET /healthz`` served with it and ``others``."""
+    event_log = kafka_dependency(kafka, log)
+    watcher = asyncio.create_task(watch_kafka(kafka, event_log))
+    with contextlib.ExitStack() as stack:
+        if kafka.health_port:
+            stack.enter_context(HealthServer(service, [event_log, *others], kafka.health_port))
+        try:
+            yield event_log
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)

@@ -24,6 +24,13 @@ class KafkaSettings(BaseSettings):
         description="Kafka bootstrap servers (KAFKA_BOOTSTRAP_SERVERS is read too)",
     )
     topic_prefix: str = Field(default="", description="prefix before every topic name")
+    health_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="serve GET /healthz (the state of the service's dependencies) on "
+        "127.0.0.1:PORT; 0: none (the API has /readyz)",
+    )
     kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         default="PLAINTEXT",
         description="PLAINTEXT, or SASL_PLAINTEXT / SASL_SSL to authenticate with SCRAM",

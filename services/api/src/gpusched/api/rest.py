@@ -56,7 +56,7 @@ from gpusched.api.settings import ApiSettings
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts import ControlParameter, ControlStatus, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
-from gpusched.contracts.health import Dependency
+from gpusched.contracts.health import Dependency, watch_kafka
 from gpusched.contracts.topics import CONTROL, CONTROL_STATUS, JOBS
 from gpusched.store import StoreError, StoreSettings, read_query
 
@@ -114,18 +114,15 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         )
         await producer.start()
         kafka["producer"] = producer
+        control, status = CONTROL.name(prefix), CONTROL_STATUS.name(prefix)
         followers = [
-            asyncio.create_task(follow_topic(*follow))
-            for follow in (
-                (settings, CONTROL.name(prefix), ControlParameter, ledger.on_control, ledger_read),
-                (
-                    settings,
-                    CONTROL_STATUS.name(prefix),
-                    ControlStatus,
-                    ledger.on_status,
-                    asyncio.Event(),
-                ),
-            )
+            asyncio.create_task(watch_kafka(settings, event_log)),
+            asyncio.create_task(
+                follow_topic(settings, control, ControlParameter, ledger.on_control, ledger_read)
+            ),
+            asyncio.create_task(
+                follow_topic(settings, status, ControlStatus, ledger.on_status, asyncio.Event())
+            ),
         ]
         try:
             yield

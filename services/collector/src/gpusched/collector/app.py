@@ -18,6 +18,7 @@ from gpusched.collector.settings import CollectorSettings
 from gpusched.collector.simulated import SimulatedSource
 from gpusched.contracts import JobEvent
 from gpusched.contracts.follow import follow_topic
+from gpusched.contracts.health import service_health
 from gpusched.contracts.topics import JOBS, TELEMETRY
 from gpusched.sim import load_cluster
 
@@ -107,7 +108,15 @@ def build_source(
 async def run_collector(
     settings: CollectorSettings, stop: asyncio.Event | None = None
 ) -> CollectorStats:
-    """Sample until ``stop`` is set or ``collector_rounds`` are done; return what happened."""
+    """Sample until ``stop`` is set or ``collector_rounds`` are done; return what happened.
+    Meanwhile the broker is watched and, with ``health_port``, ``GET /healthz`` served."""
+    async with service_health(settings, "collector", log):
+        return await _run_collector(settings, stop)
+
+
+async def _run_collector(
+    settings: CollectorSettings, stop: asyncio.Event | None = None
+) -> CollectorStats:
     stop = stop or asyncio.Event()
     occupancy = Occupancy()
     source, clock = build_source(settings, occupancy)

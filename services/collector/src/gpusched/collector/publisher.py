@@ -38,6 +38,7 @@ class TelemetryPublisher:
         self.sent = 0
         self.dropped = 0
         self._producer: AIOKafkaProducer | None = None
+        self._failing = False
 
     def offer(self, samples: Iterable[GpuTelemetrySample]) -> None:
         """Queue samples; drop (and count) the oldest beyond capacity."""
@@ -68,11 +69,18 @@ class TelemetryPublisher:
                     raise
                 self.sent += count
         except (KafkaError, OSError) as exc:
-            log.warning(
-                "broker unreachable (%s); %d samples buffered", exc.__class__.__name__, len(self)
-            )
+            if not self._failing:  # once per outage; the service's watcher says it too
+                log.warning(
+                    "telemetry not sent (%s); buffering up to %d samples until the broker is back",
+                    exc.__class__.__name__,
+                    self.capacity,
+                )
+            self._failing = True
             await self._reset()
             return False
+        if self._failing:
+            log.info("the broker takes telemetry again: %d samples sent so far", self.sent)
+            self._failing = False
         return True
 
     async def _send(self, producer: AIOKafkaProducer, batch: list[GpuTelemetrySample]) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 
 from aiokafka import AIOKafkaProducer
@@ -33,6 +34,7 @@ from gpusched.contracts import (
     PriorityUpdate,
 )
 from gpusched.contracts.follow import follow_topic
+from gpusched.contracts.health import service_health
 from gpusched.contracts.topics import CONTROL, FORECASTS, JOBS, PRIORITIES, VIEW
 from gpusched.dispatcher.backend import Backend
 from gpusched.dispatcher.cycle import run_cycle
@@ -42,11 +44,21 @@ from gpusched.dispatcher.settings import DispatcherSettings
 
 __all__ = ["run_dispatcher"]
 
+log = logging.getLogger(__name__)
+
 
 async def run_dispatcher(
     settings: DispatcherSettings, backend: Backend | None = None, stop: asyncio.Event | None = None
 ) -> DispatcherStats:
-    """Dispatch until ``stop`` is set (through the backend the settings name by default)."""
+    """Dispatch until ``stop`` is set (through the backend the settings name by default).
+    Meanwhile the broker is watched and, with ``health_port``, ``GET /healthz`` served."""
+    async with service_health(settings, "dispatcher", log):
+        return await _run_dispatcher(settings, backend, stop)
+
+
+async def _run_dispatcher(
+    settings: DispatcherSettings, backend: Backend | None = None, stop: asyncio.Event | None = None
+) -> DispatcherStats:
     stop = stop or asyncio.Event()
     if backend is None:
         from gpusched.dispatcher.backends import make_backend

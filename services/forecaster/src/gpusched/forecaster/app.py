@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 
 from gpusched.contracts import DemandForecast, ForecastPoint, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
+from gpusched.contracts.health import service_health
 from gpusched.contracts.topics import FORECASTS, JOBS
 from gpusched.forecaster.fitting import FitTask, fit_many
 from gpusched.forecaster.models import Calibrator, Forecast, local_scale
@@ -174,7 +175,18 @@ async def run_forecaster(
     stop: asyncio.Event | None = None,
     rounds: int | None = None,
 ) -> int:
-    """Forecast until ``stop`` is set (or ``rounds`` refits are done); forecasts published."""
+    """Forecast until ``stop`` is set (or ``rounds`` refits are done); forecasts published.
+    Meanwhile the broker is watched and, with ``health_port``, ``GET /healthz`` served."""
+    async with service_health(settings, "forecaster", log):
+        return await _run_forecaster(settings, store, stop, rounds)
+
+
+async def _run_forecaster(
+    settings: ForecasterSettings,
+    store: StoreSettings | None = None,
+    stop: asyncio.Event | None = None,
+    rounds: int | None = None,
+) -> int:
     stop = stop or asyncio.Event()
     store = store or StoreSettings()
     prefix = settings.topic_prefix

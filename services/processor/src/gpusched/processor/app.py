@@ -37,6 +37,7 @@ from gpusched.contracts import (
     encode,
 )
 from gpusched.contracts.control import HEARTBEAT_S, ControlRevision
+from gpusched.contracts.health import HealthServer, kafka_dependency, watch_kafka
 from gpusched.contracts.topics import (
     CONTROL,
     CONTROL_STATUS,
@@ -104,6 +105,8 @@ class Processor:
         app.task(self._priorities)
         app.timer(1.0)(self._stale_check)
         app.timer(HEARTBEAT_S)(self._heartbeat)
+        self.event_log = kafka_dependency(settings, log)
+        app.task(self._watch_kafka)
 
     def _topic(self, name: str) -> Any:
         return self.app.topic(name, key_serializer="raw", value_serializer="raw")
@@ -181,6 +184,9 @@ class Processor:
         topic = self._out[CONTROL_STATUS.base]
         await topic.send(key=status.service.encode(), value=encode(status))
 
+    async def _watch_kafka(self) -> None:
+        await watch_kafka(self.settings, self.event_log)
+
     async def _heartbeat(self) -> None:
         if self._restored.is_set():
             await self._report(self.control.heartbeat())
@@ -225,8 +231,8 @@ class Processor:
                     if batches:
                         await self._ingest(batches)
                         await consumer.commit()
-            except (KafkaError, OSError) as exc:
-                log.warning("telemetry consumer lost the broker (%s); reconnecting", exc)
+            except (KafkaError, OSError) as exc:  # the watcher logs the outage once
+                log.debug("telemetry consumer lost the broker (%s); reconnecting", exc)
                 await asyncio.sleep(1.0)
             finally:
                 await consumer.stop()
@@ -330,4 +336,8 @@ def run_worker(settings: ProcessorSettings, loglevel: str = "info") -> None:
 
     processor = Processor(settings)
     Path(processor.app.conf.datadir).mkdir(parents=True, exist_ok=True)
-    Worker(processor.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+    with contextlib.ExitStack() as stack:
+        if settings.health_port:
+            deps = [processor.event_log]
+            stack.enter_context(HealthServer("processor", deps, settings.health_port))
+        Worker(processor.app, loglevel=loglevel, quiet=True).execute_from_commandline()

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
+from gpusched.contracts.health import Dependency, service_health
 from gpusched.sink.consumer import Sink, SinkStats
 from gpusched.sink.settings import SinkSettings
 from gpusched.sink.sql import sql_app
@@ -49,8 +50,11 @@ async def run_sink(
         log.info(
             "read-only SQL on http://%s:%d/sql", settings.sink_sql_host, settings.sink_sql_port
         )
+    where = store_settings.dsn.split("@")[-1]  # no password in a log line
+    store_state = Dependency("the store (ClickHouse)", where, log)
     try:
-        return await Sink(settings, store, lock).run(stop)
+        async with service_health(settings, "sink", log, store_state):
+            return await Sink(settings, store, lock, store_state).run(stop)
     finally:
         if server is not None:
             server.should_exit = True

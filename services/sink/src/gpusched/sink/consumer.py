@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
 from gpusched.contracts import ContractError, DeadLetter, dead_letter_for, decode
+from gpusched.contracts.health import Dependency
 from gpusched.contracts.topics import TOPICS, topic_for
 from gpusched.sink.settings import SinkSettings
 from gpusched.store import Store
@@ -46,10 +48,17 @@ class Sink:
     the same embedded engine through a client of their own.
     """
 
-    def __init__(self, settings: SinkSettings, store: Store, lock: threading.Lock) -> None:
+    def __init__(
+        self,
+        settings: SinkSettings,
+        store: Store,
+        lock: threading.Lock,
+        store_state: Dependency | None = None,
+    ) -> None:
         self.settings = settings
         self.store = store
         self.lock = lock
+        self.store_state = store_state or Dependency("the store (ClickHouse)", "", log)
         self.stats = SinkStats()
         self.prefix = settings.topic_prefix
 
@@ -74,7 +83,12 @@ class Sink:
                 batch = await self._collect(consumer, stop)
                 if batch:
                     await self._write(batch, producer)
-                    await consumer.commit()
+                    try:
+                        await consumer.commit()
+                    except KafkaError as exc:
+                        # the group moved on (a broker restart, a rebalance): the batch is
+                        # read again and collapses onto the rows written (event ids)
+                        log.warning("offsets not committed (%s); the batch will be replayed", exc)
                     self.stats.batches += 1
         finally:
             await consumer.stop()
@@ -119,14 +133,11 @@ class Sink:
         while True:
             try:
                 written = await asyncio.to_thread(self._insert, events)
+                self.store_state.answered()
                 break
             except Exception as exc:  # the store's errors are many; the batch must not be lost
-                log.error(
-                    "insert of %d events failed (%s); retrying in %.0f s",
-                    len(events),
-                    exc,
-                    _RETRY_S,
-                )
+                self.store_state.failed(f"{exc} (retrying every {_RETRY_S:g} s)")
+                log.debug("insert of %d events failed (%s)", len(events), exc)
                 await asyncio.sleep(_RETRY_S)
         for table, rows in written.items():
             self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
