@@ -36,6 +36,7 @@ class QueueRow:
     score: float | None  # the processor's latest priority score (lower runs first)
     pending_reason: str | None
     estimated_start: str | None  # UTC; the core's estimate, when it can give one
+    components: dict[str, float]  # the named terms of the score (pending jobs)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,7 +86,8 @@ def list_queue(
     rows = read_query(
         f"""
         SELECT j.job_id, tenant, priority_class, gpus, state, toString(since),
-               toUnixTimestamp64Milli(since) / 1000, nodes, p.score, p.reason, p.start
+               toUnixTimestamp64Milli(since) / 1000, nodes, p.score, p.reason, p.start,
+               p.components
         FROM (
             SELECT job_id,
                    argMax(type, (ts, type = 'running')) AS state,
@@ -98,7 +100,7 @@ def list_queue(
         ) AS j
         LEFT JOIN (
             SELECT job_id, argMax(score, ts) AS score, argMax(pending_reason, ts) AS reason,
-                   argMax(estimated_start, ts) AS start
+                   argMax(estimated_start, ts) AS start, argMax(components, ts) AS components
             FROM priorities FINAL GROUP BY job_id
         ) AS p ON p.job_id = j.job_id
         WHERE {" AND ".join(where)}
@@ -109,7 +111,7 @@ def list_queue(
     ).rows
     now = time.time()
     out = []
-    for job_id, ten, cls, gpus, step, since, since_s, nodes, score, reason, start in rows:
+    for job_id, ten, cls, gpus, step, since, since_s, nodes, score, reason, start, parts in rows:
         pending = step in _PENDING_STEPS
         out.append(
             QueueRow(
@@ -125,6 +127,7 @@ def list_queue(
                 # The processor stops updating a job once it runs: its last reason is old.
                 pending_reason=str(reason) if reason and pending else None,
                 estimated_start=str(start) if start and pending else None,
+                components={str(k): float(v) for k, v in (parts or {}).items()} if pending else {},
             )
         )
     return out

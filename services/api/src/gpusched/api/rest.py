@@ -32,6 +32,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 
 from gpusched.api.auth import Access, require_tenant
+from gpusched.api.console import Console, mount_console
 from gpusched.api.jobs import (
     EventLogUnreachable,
     InvalidJob,
@@ -302,8 +303,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         """Change parameters as one new revision (operator; admin for those marked
         dangerous): 409 with the values in force when ``revision`` is not the one in force,
         422 naming the parameter and the bound it breaks."""
-        async with changing:
-            return await publish(request, who, change.changes, change.revision, change.reason)
+        return await change_locked(request, who, change.changes, change.revision, change.reason)
 
     @app.post("/params/revert")
     async def revert_params(
@@ -325,6 +325,14 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
             current, _ = ledger.params()
             changes = {n: v for n, v in values.items() if differs(current, n, v)}
             return await publish(request, who, changes, ledger.revision, reason)
+
+    async def change_locked(
+        request: Request, who: TokenRecord, changes: dict[str, Any], against: int, reason: str
+    ) -> dict[str, Any]:
+        async with changing:
+            return await publish(request, who, changes, against, reason)
+
+    mount_console(app, Console(access.tokens, store, ledger, read_ledger, change_locked))
 
     @app.get("/params/history")
     async def params_history(

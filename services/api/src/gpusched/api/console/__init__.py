@@ -1,0 +1,264 @@
+"""The administrators' console, served by the API process under ``/console``: Jinja2
+pages, htmx for partial updates and server-sent events for live parts, with JavaScript
+vendored from npm at pinned versions (``static/vendor/VENDORED.json``; nothing is fetched
+at run time).
+
+Sign-in takes an API token (``sessions.Sessions``); every page and every stream checks
+the role on the server, not only which controls it shows: a viewer reads, an operator
+changes parameters within their bounds, an admin also those marked dangerous. Parameter
+changes go through the same checks, revision numbering and audit as ``PATCH /params``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from gpusched.api.console.sessions import COOKIE, Session, Sessions
+from gpusched.api.listing import list_nodes, list_queue
+from gpusched.api.params import ParamLedger, RefusedChange, param_history
+from gpusched.api.tokens import Role, TokenFile, TokenRecord
+from gpusched.store import StoreError, StoreSettings
+
+__all__ = ["Console", "mount_console"]
+
+_HERE = Path(__file__).parent
+_STREAM_S = 0.5
+_STREAM_FOR_S = 120.0
+
+Change = Callable[[Request, TokenRecord, dict[str, Any], int, str], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class Console:
+    """What the console's pages read and change, from the API that serves them."""
+
+    tokens: TokenFile
+    store: StoreSettings
+    ledger: ParamLedger
+    read_ledger: Callable[[], Awaitable[None]]
+    change: Change  # checks, numbers and publishes a revision (PATCH /params)
+
+
+def _cells(node: Any) -> list[str]:
+    """The state of each GPU of a node, for the heat map."""
+    if not node.healthy:
+        return ["unhealthy"] * node.gpus_total
+    if node.power_state in ("parked", "waking"):
+        return [node.power_state] * node.gpus_total
+    used = min(node.gpus_total, math.ceil(node.gpus_total - node.gpus_free))
+    return ["allocated"] * used + ["idle"] * (node.gpus_total - used)
+
+
+def _shown(value: Any) -> str:
+    return ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _bars(components: dict[str, float]) -> list[tuple[str, float, float]]:
+    """(name, % of the bar, value) of each score component, by size."""
+    total = sum(abs(v) for v in components.values()) or 1.0
+    ranked = sorted(components.items(), key=lambda kv: -abs(kv[1]))
+    return [(name, round(100 * abs(v) / total, 1), v) for name, v in ranked]
+
+
+def mount_console(app: FastAPI, console: Console) -> None:
+    """Serve the console on ``app`` under /console (kept out of the OpenAPI document)."""
+    sessions = Sessions(console.tokens)
+    templates = Jinja2Templates(directory=_HERE / "templates")
+    app.mount("/console/static", StaticFiles(directory=_HERE / "static"), name="console-static")
+    router = APIRouter(prefix="/console", include_in_schema=False)
+
+    def signed_in(request: Request, role: Role = Role.VIEWER) -> tuple[Session, TokenRecord]:
+        found = sessions.current(request)
+        if found is None:
+            raise HTTPException(303, "sign in first", headers={"Location": "/console/login"})
+        session, who = found
+        if not who.role.holds(role):
+            raise HTTPException(
+                403, f"{who.name!r} has role {who.role.value}; this needs {role.value} or above"
+            )
+        return session, who
+
+    async def form(request: Request, role: Role) -> tuple[TokenRecord, dict[str, str]]:
+        """The fields of an unsafe request from a session holding ``role``, CSRF checked."""
+        session, who = signed_in(request, role)
+        fields = {k: str(v) for k, v in (await request.form()).items()}
+        sessions.check_unsafe(request, session, fields.get("csrf"))
+        return who, fields
+
+    def page(request: Request, name: str, **context: Any) -> HTMLResponse:
+        session, who = signed_in(request)
+        return templates.TemplateResponse(
+            request, f"{name}.html", {"page": name, "title": name, "session": session,
+                                      "who": who, **context}
+        )  # fmt: skip
+
+    async def stored(read: Callable[[], Any]) -> Any:
+        try:
+            return await asyncio.to_thread(read)
+        except StoreError as exc:
+            raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+
+    @router.get("/login")
+    async def login_page(request: Request) -> HTMLResponse:
+        return templates.TemplateResponse(request, "login.html", {"title": "sign in"})
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        origin = request.headers.get("origin")
+        if origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}":
+            raise HTTPException(403, f"cross-origin sign-in from {origin} refused")
+        token = str((await request.form()).get("token", ""))
+        signed = sessions.sign_in(token)
+        if signed is None:
+            context = {"title": "sign in", "error": "unknown, malformed or revoked token"}
+            return templates.TemplateResponse(request, "login.html", context, status_code=401)
+        sid, _ = signed
+        response = RedirectResponse("/console", status_code=303)
+        response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/console")
+        return response
+
+    @router.post("/logout")
+    async def logout(request: Request) -> Response:
+        await form(request, Role.VIEWER)
+        sessions.sign_out(request.cookies.get(COOKIE))
+        response = RedirectResponse("/console/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/console")
+        return response
+
+    @router.get("")
+    async def overview(request: Request) -> HTMLResponse:
+        signed_in(request)
+        nodes = await stored(lambda: list_nodes(console.store))
+        jobs = await stored(lambda: list_queue(console.store, limit=100_000))
+        shown = []
+        counts = dict.fromkeys(("allocated", "idle", "parked", "waking", "unhealthy"), 0)
+        for n in nodes:
+            cells = _cells(n)
+            for cell in cells:
+                counts[cell] += 1
+            used = round(n.gpus_total - n.gpus_free, 2)
+            shown.append({**n.as_dict(), "cells": cells, "used": used})
+        return page(
+            request,
+            "overview",
+            nodes=shown,
+            gpu_counts=counts,
+            total_gpus=sum(counts.values()),
+            pending=sum(j.state == "pending" for j in jobs),
+            running=sum(j.state == "running" for j in jobs),
+        )
+
+    @router.get("/queue")
+    async def queue(
+        request: Request,
+        state: str | None = None,
+        tenant: str | None = None,
+        priority_class: str | None = None,
+    ) -> HTMLResponse:
+        signed_in(request)
+        filters = {"state": state or None, "tenant": tenant or None,
+                   "priority_class": priority_class or None}  # fmt: skip
+        if filters["state"] not in (None, "pending", "running"):
+            raise HTTPException(422, "state: pending or running")
+        rows = await stored(
+            lambda: list_queue(console.store, filters["state"], filters["tenant"],  # type: ignore[arg-type]
+                               filters["priority_class"], limit=2000)
+        )  # fmt: skip
+        jobs = [{**r.as_dict(), "bars": _bars(r.components)} for r in rows]
+        return page(request, "queue", jobs=jobs, filters=filters)
+
+    def params_state() -> dict[str, Any]:
+        state = console.ledger.describe()
+        for p in state["params"]:
+            p.update(shown=_shown(p["value"]), default_shown=_shown(p["default"]))
+        return state
+
+    @router.get("/params")
+    async def params(request: Request) -> HTMLResponse:
+        _, who = signed_in(request)
+        await console.read_ledger()
+        return page(
+            request,
+            "params",
+            state=params_state(),
+            can_edit=who.role.holds(Role.OPERATOR),
+            is_admin=who.role.holds(Role.ADMIN),
+        )
+
+    def changes_in(fields: dict[str, str]) -> dict[str, Any]:
+        return {k[2:]: v for k, v in fields.items() if k.startswith("p.") and v.strip()}
+
+    @router.post("/params/preview")
+    async def preview(request: Request) -> HTMLResponse:
+        who, fields = await form(request, Role.OPERATOR)
+        changes, reason = changes_in(fields), fields.get("reason", "").strip()
+        revision = int(fields.get("revision", "-1"))
+        context: dict[str, Any] = {"changes": changes, "reason": reason, "revision": revision}
+        try:
+            if not reason:
+                raise RefusedChange(422, None, "a reason is required")
+            if not changes:
+                raise RefusedChange(422, None, "no new value given")
+            context["planned"] = console.ledger.plan(changes, revision, who.role.holds(Role.ADMIN))
+        except RefusedChange as exc:
+            context["error"] = f"{exc.name + ': ' if exc.name else ''}{exc.message}"
+        return templates.TemplateResponse(request, "preview.html", context)
+
+    @router.post("/params/apply")
+    async def apply(request: Request) -> HTMLResponse:
+        who, fields = await form(request, Role.OPERATOR)
+        revision = int(fields.get("revision", "-1"))
+        context: dict[str, Any] = {}
+        try:
+            done = await console.change(
+                request, who, changes_in(fields), revision, fields.get("reason", "")
+            )
+            context["revision"] = done["revision"]
+        except HTTPException as exc:
+            detail = exc.detail
+            if isinstance(detail, dict):
+                detail = detail.get("message", detail)
+            elif isinstance(detail, list):
+                detail = "; ".join(d["msg"] for d in detail)
+            context["error"] = f"refused ({exc.status_code}): {detail}"
+        return templates.TemplateResponse(request, "applied.html", context)
+
+    @router.get("/params/stream")
+    async def stream(request: Request, revision: int) -> StreamingResponse:
+        """SSE: the revision's state ('sent', then 'applied at ...'), every 0.5 s until
+        every service that reports has applied it (or two minutes)."""
+        signed_in(request)
+        status = templates.get_template("status.html")
+
+        async def events() -> AsyncIterator[str]:
+            for _ in range(int(_STREAM_FOR_S / _STREAM_S)):
+                applied = console.ledger.applied_at.get(revision, {})
+                html = status.render(
+                    revision=revision,
+                    applied={s: at.strftime("%H:%M:%S") for s, at in sorted(applied.items())},
+                ).replace("\n", "")
+                yield f"event: status\ndata: {html}\n\n"
+                if applied and set(applied) >= set(console.ledger.in_force):
+                    break
+                await asyncio.sleep(_STREAM_S)
+            yield "event: done\ndata: \n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @router.get("/audit")
+    async def audit(request: Request) -> HTMLResponse:
+        signed_in(request)
+        rows = await stored(lambda: param_history(500, console.store))
+        return page(request, "audit", rows=rows)
+
+    app.include_router(router)

@@ -1,0 +1,114 @@
+"""The console in a real browser (Debian's Chromium through Playwright) against the
+platform started as `make run` starts it: sign-in per role, the heat map of every GPU,
+the queue, a parameter change applied live and audited, and the server refusing what a
+role may not do and what comes without the CSRF token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from gpusched.local.browser import CHROMIUM_ARGS, chromium
+from tests.e2e.conftest import Platform
+
+pytestmark = [pytest.mark.browser, pytest.mark.kafka, pytest.mark.slow]
+
+NODES = 16  # the platform fixture's cluster: 16 nodes x 8 GPUs
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=str(chromium()), args=list(CHROMIUM_ARGS))
+        try:
+            yield chrome
+        finally:
+            chrome.close()
+
+
+def _sign_in(browser: Browser, platform: Platform, token: str, errors: list[str]) -> Page:
+    page = browser.new_page()
+    page.on(
+        "console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None
+    )
+    page.on(
+        "response",
+        lambda r: (
+            errors.append(f"{r.url}: {r.status}")
+            if r.status >= 400 and "/console/params/apply" not in r.url
+            else None
+        ),
+    )
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{platform.api}/console")
+    assert page.url.endswith("/console/login")  # not signed in: sent to sign in
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{platform.api}/console")
+    return page
+
+
+def test_console_roles_heat_map_and_a_live_parameter_change(
+    platform: Platform, browser: Browser
+) -> None:
+    p = platform.pipeline
+    viewer = p.token("--role", "viewer", "--name", "watcher")
+    operator = p.token("--role", "operator", "--name", "tuner")
+    with platform.client() as client:
+        for i in range(12):
+            body = {"gpus": 8, "tenant": "team-a", "job_id": f"console-{i}"}
+            assert client.post("/jobs", json=body).status_code == 201
+    errors: list[str] = []
+
+    # a viewer sees every GPU and the queue, and no edit control; the server refuses
+    # a forged change (role) whatever the page shows
+    page = _sign_in(browser, platform, viewer, errors)
+    p.wait_for(
+        "the heat map to show every GPU",
+        lambda: page.reload() or page.locator(".heat i").count() == NODES * 8,
+        timeout=60,
+    )
+    page.goto(f"{platform.api}/console/queue")
+    assert page.locator("table.queue").count() == 1
+    page.goto(f"{platform.api}/console/params")
+    assert page.locator("tr[data-param=dynamic_qos_factor]").count() == 1
+    assert page.locator("input[name^='p.']").count() == 0
+    csrf = page.locator("form.who input[name=csrf]").get_attribute("value")
+    forged = page.request.post(
+        f"{platform.api}/console/params/apply",
+        form={"csrf": csrf or "", "revision": "0", "reason": "x", "p.dynamic_qos_factor": "5"},
+    )
+    assert forged.status == 403
+    assert "needs operator" in forged.text()
+    page.close()
+
+    # an operator changes a parameter with a reason: applied live, then audited
+    page = _sign_in(browser, platform, operator, errors)
+    no_csrf = page.request.post(
+        f"{platform.api}/console/params/apply",
+        form={"revision": "0", "reason": "x", "p.dynamic_qos_factor": "5"},
+    )
+    assert no_csrf.status == 403
+    assert "CSRF" in no_csrf.text()
+    page.goto(f"{platform.api}/console/params")
+    assert page.locator("input[name='p.dynamic_tick_s']").count() == 0  # admin only
+    page.fill("input[name='p.dynamic_qos_factor']", "20")
+    page.fill("input[name=reason]", "favour high-class jobs more")
+    page.click("#change button[type=submit]")
+    page.wait_for_selector("#apply", timeout=10_000)
+    assert "30.0" in page.locator("table.diff").inner_text()
+    page.click("#apply")
+    page.wait_for_selector(".revision .state:text('applied')", timeout=15_000)
+    page.goto(f"{platform.api}/console/audit")
+    p.wait_for(
+        "the change in the audit page",
+        lambda: page.reload() or "favour high-class jobs more" in page.inner_text("table.audit"),
+        timeout=60,
+    )
+    row = page.locator("tr[data-revision='1']").first.inner_text()
+    assert "dynamic_qos_factor" in row
+    assert "tuner" in row
+    page.close()
+    assert errors == []
