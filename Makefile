@@ -79,6 +79,10 @@ kafka-down: install ## Stop the local Kafka broker
 kafka-status: install ## Say whether the local Kafka broker runs
 	$(RUN) python -m gpusched.local.kafka status
 
+.PHONY: vendor
+vendor: ## Re-fetch the console's vendored JS/CSS from npm (pinned versions) and their checksums
+	python3 tools/vendor_console.py
+
 .PHONY: asyncapi
 asyncapi: install ## Regenerate docs/asyncapi.json from the event models
 	$(RUN) python tools/generate_docs.py asyncapi

@@ -5,7 +5,9 @@ role may not do and what comes without the CSRF token."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
@@ -16,6 +18,13 @@ from tests.e2e.conftest import Platform
 pytestmark = [pytest.mark.browser, pytest.mark.kafka, pytest.mark.slow]
 
 NODES = 16  # the platform fixture's cluster: 16 nodes x 8 GPUs
+# GPUSCHED_CONSOLE_SCREENSHOTS=docs/console: each page's screenshot, for the README
+SHOTS = os.environ.get("GPUSCHED_CONSOLE_SCREENSHOTS")
+
+
+def _shot(page: Page, name: str) -> None:
+    if SHOTS:
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
 
 @pytest.fixture
@@ -70,8 +79,10 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
         lambda: page.reload() or page.locator(".heat i").count() == NODES * 8,
         timeout=60,
     )
+    _shot(page, "overview")
     page.goto(f"{platform.api}/console/queue")
     assert page.locator("table.queue").count() == 1
+    _shot(page, "queue")
     page.goto(f"{platform.api}/console/params")
     assert page.locator("tr[data-param=dynamic_qos_factor]").count() == 1
     assert page.locator("input[name^='p.']").count() == 0
@@ -99,14 +110,17 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     page.click("#change button[type=submit]")
     page.wait_for_selector("#apply", timeout=10_000)
     assert "30.0" in page.locator("table.diff").inner_text()
+    _shot(page, "params-preview")
     page.click("#apply")
     page.wait_for_selector(".revision .state:text('applied')", timeout=15_000)
+    _shot(page, "params-applied")
     page.goto(f"{platform.api}/console/audit")
     p.wait_for(
         "the change in the audit page",
         lambda: page.reload() or "favour high-class jobs more" in page.inner_text("table.audit"),
         timeout=60,
     )
+    _shot(page, "audit")
     row = page.locator("tr[data-revision='1']").first.inner_text()
     assert "dynamic_qos_factor" in row
     assert "tuner" in row

@@ -266,6 +266,7 @@ def up(
             sup.start(service)
         console.print(
             f"\n[bold green]gpusched is up[/] (logs and pids in {run_dir})\n"
+            f"  console       {api}/console   (sign in with the admin token below)\n"
             f"  REST API      {api}/docs   (OpenAPI: {api}/openapi.json)\n"
             f"  admin token   {token}\n"
             f"                (this session only: export GPUSCHED_TOKEN=<it> for gpusched "

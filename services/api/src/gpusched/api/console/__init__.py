@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = ["Console", "mount_console"]
 _HERE = Path(__file__).parent
 _STREAM_S = 0.5
 _STREAM_FOR_S = 120.0
+_SETTLE_S = 3.0  # the other services' reports come within this of the first
 
 Change = Callable[[Request, TokenRecord, dict[str, Any], int, str], Awaitable[dict[str, Any]]]
 
@@ -235,8 +237,9 @@ def mount_console(app: FastAPI, console: Console) -> None:
 
     @router.get("/params/stream")
     async def stream(request: Request, revision: int) -> StreamingResponse:
-        """SSE: the revision's state ('sent', then 'applied at ...'), every 0.5 s until
-        every service that reports has applied it (or two minutes)."""
+        """SSE: the revision's state ('sent', then 'applied at ...' per service), every
+        0.5 s until every service that reports has applied it, a few seconds after the
+        first did (or two minutes)."""
         signed_in(request)
         status = templates.get_template("status.html")
 
@@ -248,8 +251,9 @@ def mount_console(app: FastAPI, console: Console) -> None:
                     applied={s: at.strftime("%H:%M:%S") for s, at in sorted(applied.items())},
                 ).replace("\n", "")
                 yield f"event: status\ndata: {html}\n\n"
-                if applied and set(applied) >= set(console.ledger.in_force):
-                    break
+                settled = applied and time.time() - min(applied.values()).timestamp() > _SETTLE_S
+                if settled and set(applied) >= set(console.ledger.in_force):
+                    break  # every service known to report has applied it, for a while now
                 await asyncio.sleep(_STREAM_S)
             yield "event: done\ndata: \n\n"
 
