@@ -7,7 +7,9 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel
 
 from gpusched.contracts import (
+    ControlOutcome,
     ControlParameter,
+    ControlStatus,
     DecisionAction,
     DemandForecast,
     ForecastPoint,
@@ -99,5 +101,21 @@ def every_event(t0: datetime = T0) -> list[BaseModel]:
             gpu_indices=((0, 1, 2, 3, 4, 5, 6, 7),),
             reason="fits",
         ),
-        ControlParameter(ts=t0, name="dynamic.aging_weight", value=0.3),
+        ControlParameter(
+            ts=t0,
+            name="dynamic.aging_weight",
+            value=0.3,
+            revision=1,
+            set_by="ops",
+            role="operator",
+            old_value=0.5,
+            reason="age faster",
+        ),
+        ControlStatus(
+            ts=t0 + timedelta(seconds=1),
+            service="processor",
+            revision=1,
+            outcome=ControlOutcome.APPLIED,
+            name="dynamic.aging_weight",
+        ),
     ]

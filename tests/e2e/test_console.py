@@ -124,5 +124,28 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     row = page.locator("tr[data-revision='1']").first.inner_text()
     assert "dynamic_qos_factor" in row
     assert "tuner" in row
+
+    # one-click revert from the audit page: after an admin's revision 2, restore 1
+    with platform.client() as client:
+        body = {"changes": {"dynamic_qos_factor": 25}, "reason": "try 25", "revision": 1}
+        assert client.patch("/params", json=body).status_code == 200
+    p.wait_for(
+        "revision 2 on the audit page",
+        lambda: page.reload() or page.locator("tr[data-revision='2']").count() == 1,
+        timeout=60,
+    )
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("tr[data-revision='1'] button.restore")
+    page.wait_for_selector(".revision .state:text('applied')", timeout=15_000)
+    with platform.client() as client:
+        shown = client.get("/params").json()
+    assert shown["revision"] == 3
+    assert {p["name"]: p["value"] for p in shown["params"]}["dynamic_qos_factor"] == 20.0
+
+    # a job's page: its lifecycle with who submitted it
+    page.goto(f"{platform.api}/console/jobs/console-0")
+    assert "submitted" in page.inner_text("table.timeline")
+    assert "e2e" in page.locator("tr[data-step=submitted]").inner_text()
+    _shot(page, "job")
     page.close()
     assert errors == []

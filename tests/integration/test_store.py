@@ -25,7 +25,7 @@ from tests.builders import T0, every_event
 def test_migrations_are_recorded_and_applied_once(store: Store) -> None:
     folder = StoreSettings().migrations_dir
     recorded = applied_migrations(store.client)
-    assert sorted(recorded) == [1, 2, 3]
+    assert sorted(recorded) == [1, 2, 3, 4]
     assert migrate(store.client, folder) == []
 
 
@@ -72,6 +72,16 @@ def test_every_table_round_trips_its_events(store: Store) -> None:
         (110.0, 140.0),
     ]
     assert store.query("SELECT value FROM control_params") == [("0.3",)]
+    # the audit view joins the request and what the processor did with it
+    (change,) = store.query(
+        "SELECT revision, actor, role, parameter, old_value, new_value, reason, outcome, "
+        "applied_at, applied_by FROM param_changes"
+    )
+    applied_at = (T0 + timedelta(seconds=1)).replace(tzinfo=None)
+    assert change == (
+        1, "ops", "operator", "dynamic.aging_weight", "0.5", "0.3", "age faster", "applied",
+        applied_at, ["processor"],
+    )  # fmt: skip
 
 
 def test_replayed_rows_collapse_by_event_id(store: Store) -> None:

@@ -216,3 +216,26 @@ def job_status(job_id: str, store: StoreSettings | None = None) -> JobStatus | N
             "policy": policy,
         }
     return JobStatus(job_id, str(tenant or ""), str(state), list(node_ids), str(since), priority)
+
+
+def job_history(job_id: str, store: StoreSettings | None = None) -> dict[str, list[dict[str, Any]]]:
+    """A job's lifecycle (every event, oldest first, with who asked), its priority
+    history (score, why it waited, the parameter revision in force) and its GPU energy
+    (telemetry samples taken while it held a GPU)."""
+    if not _ID.match(job_id):
+        raise InvalidJob("job_id", "letters, digits and . _ : - only, at most 128")
+    queries = {
+        "events": "SELECT toString(ts) AS ts, type, node_ids, actor, reason FROM job_events FINAL "
+        f"WHERE job_id = '{job_id}' ORDER BY ts, type = 'running'",
+        "priorities": "SELECT toString(ts) AS ts, round(score, 4) AS score, pending_reason, "
+        "estimated_start, params_revision FROM priorities FINAL "
+        f"WHERE job_id = '{job_id}' ORDER BY ts DESC LIMIT 200",
+        "energy": "SELECT round(sum(interval_s) / 3600, 3) AS gpu_hours, "
+        "round(sum(power_w * interval_s) / 3.6e6, 4) AS energy_kwh "
+        f"FROM telemetry FINAL WHERE job_id = '{job_id}'",
+    }
+    out = {}
+    for name, sql in queries.items():
+        answer = read_query(sql, store)
+        out[name] = [dict(zip(answer.columns, row, strict=True)) for row in answer.rows]
+    return out

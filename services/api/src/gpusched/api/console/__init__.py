@@ -25,8 +25,9 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from gpusched.api.console.sessions import COOKIE, Session, Sessions
+from gpusched.api.jobs import InvalidJob, job_history
 from gpusched.api.listing import list_nodes, list_queue
-from gpusched.api.params import ParamLedger, RefusedChange, param_history
+from gpusched.api.params import ParamLedger, RefusedChange, differs, param_history, values_at
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.store import StoreError, StoreSettings
 
@@ -70,6 +71,16 @@ def _bars(components: dict[str, float]) -> list[tuple[str, float, float]]:
     total = sum(abs(v) for v in components.values()) or 1.0
     ranked = sorted(components.items(), key=lambda kv: -abs(kv[1]))
     return [(name, round(100 * abs(v) / total, 1), v) for name, v in ranked]
+
+
+def _detail(exc: HTTPException) -> str:
+    """An API refusal in words (409: its message; 422: each field's message)."""
+    detail = exc.detail
+    if isinstance(detail, dict):
+        return str(detail.get("message", detail))
+    if isinstance(detail, list):
+        return "; ".join(str(d["msg"]) for d in detail)
+    return str(detail)
 
 
 def mount_console(app: FastAPI, console: Console) -> None:
@@ -179,6 +190,17 @@ def mount_console(app: FastAPI, console: Console) -> None:
         jobs = [{**r.as_dict(), "bars": _bars(r.components)} for r in rows]
         return page(request, "queue", jobs=jobs, filters=filters)
 
+    @router.get("/jobs/{job_id}")
+    async def job(request: Request, job_id: str) -> HTMLResponse:
+        signed_in(request)
+        try:
+            history = await stored(lambda: job_history(job_id, console.store))
+        except InvalidJob as exc:
+            raise HTTPException(422, str(exc)) from exc
+        if not history["events"]:
+            raise HTTPException(404, f"no job {job_id} in the store (yet)")
+        return page(request, "job", job_id=job_id, **history)
+
     def params_state() -> dict[str, Any]:
         state = console.ledger.describe()
         for p in state["params"]:
@@ -227,12 +249,29 @@ def mount_console(app: FastAPI, console: Console) -> None:
             )
             context["revision"] = done["revision"]
         except HTTPException as exc:
-            detail = exc.detail
-            if isinstance(detail, dict):
-                detail = detail.get("message", detail)
-            elif isinstance(detail, list):
-                detail = "; ".join(d["msg"] for d in detail)
-            context["error"] = f"refused ({exc.status_code}): {detail}"
+            context["error"] = f"refused ({exc.status_code}): {_detail(exc)}"
+        return templates.TemplateResponse(request, "applied.html", context)
+
+    @router.post("/params/revert")
+    async def revert(request: Request) -> HTMLResponse:
+        """Publish the values of a past revision as a new one (the audit page's button)."""
+        who, fields = await form(request, Role.OPERATOR)
+        revision = int(fields.get("revision", "-1"))
+        await console.read_ledger()
+        values = await stored(lambda: values_at(revision, console.store))
+        context: dict[str, Any] = {}
+        if values is None:
+            context["error"] = f"revision {revision} is not in the store (yet)"
+        else:
+            current, _ = console.ledger.params()
+            changes = {n: v for n, v in values.items() if differs(current, n, v)}
+            try:
+                done = await console.change(
+                    request, who, changes, console.ledger.revision, f"revert to revision {revision}"
+                )
+                context["revision"] = done["revision"]
+            except HTTPException as exc:
+                context["error"] = f"refused ({exc.status_code}): {_detail(exc)}"
         return templates.TemplateResponse(request, "applied.html", context)
 
     @router.get("/params/stream")
@@ -261,8 +300,8 @@ def mount_console(app: FastAPI, console: Console) -> None:
 
     @router.get("/audit")
     async def audit(request: Request) -> HTMLResponse:
-        signed_in(request)
+        _, who = signed_in(request)
         rows = await stored(lambda: param_history(500, console.store))
-        return page(request, "audit", rows=rows)
+        return page(request, "audit", rows=rows, can_edit=who.role.holds(Role.OPERATOR))
 
     app.include_router(router)
