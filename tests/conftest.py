@@ -1,5 +1,5 @@
-"""Shared fixtures: a real Kafka broker per session, a topic prefix per test, and a
-ClickHouse (chDB) database per test."""
+"""Shared fixtures: a real Kafka broker per session, a topic prefix per test, a
+ClickHouse (chDB) database per test, and a headless Chromium (Debian's) per test."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, sync_playwright
 
 from gpusched.contracts.provision import ensure_topics
+from gpusched.local.browser import CHROMIUM_ARGS, chromium
 from gpusched.local.kafka import BrokerError, LocalBroker, external_bootstrap
 from gpusched.store import Store, StoreSettings
 
@@ -54,3 +56,15 @@ def chdb_dsn(tmp_path_factory: pytest.TempPathFactory) -> str:
 def store(chdb_dsn: str) -> Store:
     """A migrated store on a database of its own."""
     return Store.open(StoreSettings(dsn=chdb_dsn, database=f"t_{uuid.uuid4().hex[:10]}"))
+
+
+@pytest.fixture
+def browser() -> Iterator[Browser]:
+    """Chromium through Playwright's sync API, which runs an event loop in this thread:
+    request it after the fixtures that call asyncio.run (the topics of a test prefix)."""
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=str(chromium()), args=list(CHROMIUM_ARGS))
+        try:
+            yield chrome
+        finally:
+            chrome.close()

@@ -6,13 +6,11 @@ role may not do and what comes without the CSRF token."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page
 
-from gpusched.local.browser import CHROMIUM_ARGS, chromium
 from tests.e2e.conftest import Platform
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka, pytest.mark.slow]
@@ -25,16 +23,6 @@ SHOTS = os.environ.get("GPUSCHED_CONSOLE_SCREENSHOTS")
 def _shot(page: Page, name: str) -> None:
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        chrome = pw.chromium.launch(executable_path=str(chromium()), args=list(CHROMIUM_ARGS))
-        try:
-            yield chrome
-        finally:
-            chrome.close()
 
 
 def _sign_in(browser: Browser, platform: Platform, token: str, errors: list[str]) -> Page:

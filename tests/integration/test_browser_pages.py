@@ -5,15 +5,13 @@ with the package, not a CDN) and a replay report (Plotly's JS inside the file)."
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 from typer.testing import CliRunner
 
 from gpusched.cli.main import app
-from gpusched.local.browser import CHROMIUM_ARGS, chromium
 from gpusched.sim import traces_dir
 from tests.pipeline import Pipeline
 
@@ -23,18 +21,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 def _outside(url: str, base: str) -> bool:
     """A request over the network to anywhere but the API (data: URLs stay in the page)."""
     return url.startswith(("http://", "https://")) and not url.startswith(base)
-
-
-@pytest.fixture
-def browser() -> Iterator[Browser]:
-    """Chromium through Playwright's sync API, which runs an event loop in this thread:
-    request it after the fixtures that call asyncio.run (the topics of a test prefix)."""
-    with sync_playwright() as pw:
-        chrome = pw.chromium.launch(executable_path=str(chromium()), args=list(CHROMIUM_ARGS))
-        try:
-            yield chrome
-        finally:
-            chrome.close()
 
 
 @pytest.mark.kafka

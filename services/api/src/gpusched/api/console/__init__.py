@@ -83,6 +83,13 @@ def _detail(exc: HTTPException) -> str:
     return str(detail)
 
 
+def _revision(fields: dict[str, str]) -> int:
+    try:
+        return int(fields.get("revision", ""))
+    except ValueError as exc:
+        raise HTTPException(422, "revision: a whole number") from exc
+
+
 def mount_console(app: FastAPI, console: Console) -> None:
     """Serve the console on ``app`` under /console (kept out of the OpenAPI document)."""
     sessions = Sessions(console.tokens)
@@ -226,7 +233,7 @@ def mount_console(app: FastAPI, console: Console) -> None:
     async def preview(request: Request) -> HTMLResponse:
         who, fields = await form(request, Role.OPERATOR)
         changes, reason = changes_in(fields), fields.get("reason", "").strip()
-        revision = int(fields.get("revision", "-1"))
+        revision = _revision(fields)
         context: dict[str, Any] = {"changes": changes, "reason": reason, "revision": revision}
         try:
             if not reason:
@@ -238,41 +245,38 @@ def mount_console(app: FastAPI, console: Console) -> None:
             context["error"] = f"{exc.name + ': ' if exc.name else ''}{exc.message}"
         return templates.TemplateResponse(request, "preview.html", context)
 
-    @router.post("/params/apply")
-    async def apply(request: Request) -> HTMLResponse:
-        who, fields = await form(request, Role.OPERATOR)
-        revision = int(fields.get("revision", "-1"))
+    async def published(
+        request: Request, who: TokenRecord, changes: dict[str, Any], against: int, reason: str
+    ) -> HTMLResponse:
+        """The fragment of a change made: 'sent', then its live state; or why refused."""
         context: dict[str, Any] = {}
         try:
-            done = await console.change(
-                request, who, changes_in(fields), revision, fields.get("reason", "")
-            )
+            done = await console.change(request, who, changes, against, reason)
             context["revision"] = done["revision"]
         except HTTPException as exc:
             context["error"] = f"refused ({exc.status_code}): {_detail(exc)}"
         return templates.TemplateResponse(request, "applied.html", context)
 
+    @router.post("/params/apply")
+    async def apply(request: Request) -> HTMLResponse:
+        who, fields = await form(request, Role.OPERATOR)
+        revision = _revision(fields)
+        return await published(request, who, changes_in(fields), revision, fields.get("reason", ""))
+
     @router.post("/params/revert")
     async def revert(request: Request) -> HTMLResponse:
         """Publish the values of a past revision as a new one (the audit page's button)."""
         who, fields = await form(request, Role.OPERATOR)
-        revision = int(fields.get("revision", "-1"))
+        revision = _revision(fields)
         await console.read_ledger()
         values = await stored(lambda: values_at(revision, console.store))
-        context: dict[str, Any] = {}
         if values is None:
-            context["error"] = f"revision {revision} is not in the store (yet)"
-        else:
-            current, _ = console.ledger.params()
-            changes = {n: v for n, v in values.items() if differs(current, n, v)}
-            try:
-                done = await console.change(
-                    request, who, changes, console.ledger.revision, f"revert to revision {revision}"
-                )
-                context["revision"] = done["revision"]
-            except HTTPException as exc:
-                context["error"] = f"refused ({exc.status_code}): {_detail(exc)}"
-        return templates.TemplateResponse(request, "applied.html", context)
+            context = {"error": f"revision {revision} is not in the store (yet)"}
+            return templates.TemplateResponse(request, "applied.html", context)
+        current, _ = console.ledger.params()
+        changes = {n: v for n, v in values.items() if differs(current, n, v)}
+        reason = f"revert to revision {revision}"
+        return await published(request, who, changes, console.ledger.revision, reason)
 
     @router.get("/params/stream")
     async def stream(request: Request, revision: int) -> StreamingResponse:
