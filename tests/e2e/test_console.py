@@ -67,6 +67,10 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
         lambda: page.reload() or page.locator(".heat i").count() == NODES * 8,
         timeout=60,
     )
+    health = page.inner_text("section.health")
+    assert "the event log (Kafka): up" in health
+    assert "newest telemetry:" in health
+    assert "none yet" not in health  # the collector and the processor are flowing
     _shot(page, "overview")
     page.goto(f"{platform.api}/console/queue")
     assert page.locator("table.queue").count() == 1

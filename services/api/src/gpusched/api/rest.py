@@ -332,7 +332,10 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         async with changing:
             return await publish(request, who, changes, against, reason)
 
-    mount_console(app, Console(access.tokens, store, ledger, read_ledger, change_locked))
+    mount_console(
+        app,
+        Console(access.tokens, store, ledger, read_ledger, change_locked, (event_log, the_store)),
+    )
 
     @app.get("/params/history")
     async def params_history(

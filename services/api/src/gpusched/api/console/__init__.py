@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +29,19 @@ from gpusched.api.jobs import InvalidJob, job_history
 from gpusched.api.listing import list_nodes, list_queue
 from gpusched.api.params import ParamLedger, RefusedChange, differs, param_history, values_at
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
-from gpusched.store import StoreError, StoreSettings
+from gpusched.contracts.health import Dependency
+from gpusched.store import StoreError, StoreSettings, read_query
 
 __all__ = ["Console", "mount_console"]
 
 _HERE = Path(__file__).parent
 _STREAM_S = 0.5
 _STREAM_FOR_S = 120.0
+_AGES_SQL = (
+    "SELECT (SELECT if(count() = 0, NULL, dateDiff('second', max(ts), now64(3))) "
+    "FROM telemetry), (SELECT if(count() = 0, NULL, dateDiff('second', max(ts), now64(3))) "
+    "FROM node_views)"
+)  # how old the newest sample and node view are: is the pipeline flowing?
 _SETTLE_S = 3.0  # the other services' reports come within this of the first
 
 Change = Callable[[Request, TokenRecord, dict[str, Any], int, str], Awaitable[dict[str, Any]]]
@@ -50,6 +56,7 @@ class Console:
     ledger: ParamLedger
     read_ledger: Callable[[], Awaitable[None]]
     change: Change  # checks, numbers and publishes a revision (PATCH /params)
+    dependencies: Sequence[Dependency] = ()  # the API's view of the event log and store
 
 
 def _cells(node: Any) -> list[str]:
@@ -168,9 +175,13 @@ def mount_console(app: FastAPI, console: Console) -> None:
                 counts[cell] += 1
             used = round(n.gpus_total - n.gpus_free, 2)
             shown.append({**n.as_dict(), "cells": cells, "used": used})
+        ages = await stored(lambda: read_query(_AGES_SQL, console.store).rows[0])
         return page(
             request,
             "overview",
+            dependencies=[(d.name, d.as_dict()) for d in console.dependencies],
+            telemetry_age_s=ages[0],
+            view_age_s=ages[1],
             nodes=shown,
             gpu_counts=counts,
             total_gpus=sum(counts.values()),
