@@ -58,11 +58,19 @@ def start_up(p: Pipeline, nodes: int, **env: str) -> tuple[str, Path]:
 
 
 @pytest.fixture
-def platform(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path) -> Iterator[Platform]:
+def platform_env() -> dict[str, str]:
+    """Settings of the platform's services (a test module may override this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def platform(
+    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, platform_env: dict[str, str]
+) -> Iterator[Platform]:
     """The platform of `start_up` with 16 nodes, on the session's broker."""
     p = Pipeline(kafka_bootstrap, topic_prefix, tmp_path)
     try:
-        api, run_dir = start_up(p, nodes=16)
+        api, run_dir = start_up(p, nodes=16, **platform_env)
         p.wait_for(
             "the live view of all 16 nodes",
             lambda: p.scalar("SELECT uniqExact(node_id) FROM node_views") == 16,

@@ -20,9 +20,21 @@ NODES = 16  # the platform fixture's cluster: 16 nodes x 8 GPUs
 SHOTS = os.environ.get("GPUSCHED_CONSOLE_SCREENSHOTS")
 
 
+@pytest.fixture
+def platform_env() -> dict[str, str]:
+    """One-minute forecast steps: a forecast within a minute or two of the start."""
+    return {"GPUSCHED_FORECASTER_STEP_S": "60"}
+
+
 def _shot(page: Page, name: str) -> None:
     if SHOTS:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
+
+
+def _reloaded(page: Page) -> bool:
+    """Reload the page (for a condition polled by wait_for); always True."""
+    page.reload()
+    return True
 
 
 def _sign_in(browser: Browser, platform: Platform, token: str, errors: list[str]) -> Page:
@@ -64,7 +76,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     page = _sign_in(browser, platform, viewer, errors)
     p.wait_for(
         "the heat map to show every GPU",
-        lambda: page.reload() or page.locator(".heat i").count() == NODES * 8,
+        lambda: _reloaded(page) and page.locator(".heat i").count() == NODES * 8,
         timeout=60,
     )
     health = page.inner_text("section.health")
@@ -109,7 +121,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     page.goto(f"{platform.api}/console/audit")
     p.wait_for(
         "the change in the audit page",
-        lambda: page.reload() or "favour high-class jobs more" in page.inner_text("table.audit"),
+        lambda: _reloaded(page) and "favour high-class jobs more" in page.inner_text("table.audit"),
         timeout=60,
     )
     _shot(page, "audit")
@@ -123,7 +135,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
         assert client.patch("/params", json=body).status_code == 200
     p.wait_for(
         "revision 2 on the audit page",
-        lambda: page.reload() or page.locator("tr[data-revision='2']").count() == 1,
+        lambda: _reloaded(page) and page.locator("tr[data-revision='2']").count() == 1,
         timeout=60,
     )
     page.on("dialog", lambda dialog: dialog.accept())
@@ -133,6 +145,15 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
         shown = client.get("/params").json()
     assert shown["revision"] == 3
     assert {p["name"]: p["value"] for p in shown["params"]}["dynamic_qos_factor"] == 20.0
+
+    # the demand forecast, drawn by uPlot over what happened
+    page.goto(f"{platform.api}/console/forecasts")
+    p.wait_for(
+        "a forecast chart",
+        lambda: _reloaded(page) and page.locator("#chart .uplot canvas").count() == 1,
+        timeout=120,
+    )
+    _shot(page, "forecasts")
 
     # a job's page: its lifecycle with who submitted it
     page.goto(f"{platform.api}/console/jobs/console-0")

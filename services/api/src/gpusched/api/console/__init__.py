@@ -24,6 +24,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from gpusched.api.console.forecasts import forecast_chart, forecast_series
 from gpusched.api.console.sessions import COOKIE, Session, Sessions
 from gpusched.api.jobs import InvalidJob, job_history
 from gpusched.api.listing import list_nodes, list_queue
@@ -312,6 +313,13 @@ def mount_console(app: FastAPI, console: Console) -> None:
             yield "event: done\ndata: \n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    @router.get("/forecasts")
+    async def forecasts(request: Request, series: str = "gpu_demand/all") -> HTMLResponse:
+        signed_in(request)
+        known = await stored(lambda: forecast_series(console.store))
+        chart = await stored(lambda: forecast_chart(series, console.store))
+        return page(request, "forecasts", series=series, known=known, chart=chart)
 
     @router.get("/audit")
     async def audit(request: Request) -> HTMLResponse:
