@@ -150,7 +150,8 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         return Response(_redoc_bundle(), media_type="application/javascript")
 
     def unavailable(why: str, what: str = "nothing was accepted") -> HTTPException:
-        event_log.failed(why)
+        # (the event log's state is the watcher's and /readyz's, both metadata probes: a
+        # request that fails while the broker comes back must not make the log flap)
         unreachable = EventLogUnreachable(settings.kafka_bootstrap_servers, why)
         return HTTPException(
             503, f"{unreachable}; {what}: retry later", headers={"Retry-After": str(_RETRY_AFTER_S)}
@@ -175,7 +176,6 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         except (TimeoutError, KafkaError) as exc:
             partly = "it may be partly published: read it back" if len(events) > 1 else None
             raise unavailable(kafka_failure(exc, bound), partly or "nothing was accepted") from exc
-        event_log.answered()
 
     @app.exception_handler(InvalidJob)
     async def invalid(_: Any, exc: InvalidJob) -> JSONResponse:
