@@ -44,6 +44,9 @@ class Sessions:
         who = self.tokens.identify(token.strip())
         if who is None:
             return None
+        now = time.time()
+        for old in [k for k, v in self._sessions.items() if now - v.started > _LIFETIME_S]:
+            del self._sessions[old]  # expired sessions nobody came back to
         sid = secrets.token_urlsafe(32)
         self._sessions[sid] = Session(token.strip(), secrets.token_urlsafe(32), time.time())
         return sid, who
