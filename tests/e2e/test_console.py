@@ -155,6 +155,12 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     )
     _shot(page, "forecasts")
 
+    # an admin also edits the parameters marked dangerous
+    admin = _sign_in(browser, platform, platform.token, errors)
+    admin.goto(f"{platform.api}/console/params")
+    assert admin.locator("input[name='p.dynamic_tick_s']").count() == 1
+    admin.close()
+
     # a job's page: its lifecycle with who submitted it
     page.goto(f"{platform.api}/console/jobs/console-0")
     assert "submitted" in page.inner_text("table.timeline")
