@@ -161,6 +161,18 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     assert admin.locator("input[name='p.dynamic_tick_s']").count() == 1
     admin.close()
 
+    # the query pack's per-tenant answers: team-a's jobs drew energy
+    page.goto(f"{platform.api}/console/tenants")
+    p.wait_for(
+        "team-a's energy on the tenants page",
+        lambda: (
+            _reloaded(page) and "team-a" in page.inner_text("table[data-query=energy_per_tenant]")
+        ),
+        timeout=60,
+    )
+    assert page.locator("table[data-query=queue_wait_by_class]").count() == 1
+    _shot(page, "tenants")
+
     # a job's page: its lifecycle with who submitted it
     page.goto(f"{platform.api}/console/jobs/console-0")
     assert "submitted" in page.inner_text("table.timeline")

@@ -1,4 +1,4 @@
-"""The analyst query pack (infra/clickhouse/queries) on data the pipeline produced."""
+"""The analyst query pack (gpusched.store's queries/) on data the pipeline produced."""
 
 from __future__ import annotations
 
@@ -12,15 +12,16 @@ import pytest
 
 from gpusched.contracts import JobEvent, JobRequest, encode
 from gpusched.contracts.topics import JOBS
+from gpusched.store import query_pack
 from tests.pipeline import GPUSCHED, Pipeline, produce, write_cluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-QUERIES = Path(__file__).resolve().parents[2] / "infra" / "clickhouse" / "queries"
+QUERIES = query_pack()
 
 
 def _rows(p: Pipeline, name: str) -> list[dict[str, Any]]:
-    sql = (QUERIES / f"{name}.sql").read_text()
+    sql = QUERIES[name]
     answer = p.sql_answer(sql)
     return [dict(zip(answer["columns"], row, strict=True)) for row in answer["rows"]]
 

@@ -3,6 +3,7 @@
 from gpusched.store.connection import connect
 from gpusched.store.errors import MigrationError, StoreError, UnsupportedDsn
 from gpusched.store.migrations import Migration, applied_migrations, load_migrations, migrate
+from gpusched.store.pack import query_pack
 from gpusched.store.reader import QueryAnswer, QueryRefused, StoreUnreachable, read_query
 from gpusched.store.settings import StoreSettings, checkout_root
 from gpusched.store.store import Store
@@ -25,6 +26,7 @@ __all__ = [
     "connect",
     "load_migrations",
     "migrate",
+    "query_pack",
     "read_query",
     "table_for",
 ]

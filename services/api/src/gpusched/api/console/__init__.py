@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from gpusched.api.listing import list_nodes, list_queue
 from gpusched.api.params import ParamLedger, RefusedChange, differs, param_history, values_at
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts.health import Dependency
-from gpusched.store import StoreError, StoreSettings, read_query
+from gpusched.store import StoreError, StoreSettings, query_pack, read_query
 
 __all__ = ["Console", "mount_console"]
 
@@ -43,6 +44,10 @@ _AGES_SQL = (
     "FROM telemetry), (SELECT if(count() = 0, NULL, dateDiff('second', max(ts), now64(3))) "
     "FROM node_views)"
 )  # how old the newest sample and node view are: is the pipeline flowing?
+_TENANT_QUERIES = {  # query pack name -> the title it has on the tenants page
+    "energy_per_tenant": "GPU time and energy per tenant",
+    "queue_wait_by_class": "Queue wait by priority class",
+}
 _SETTLE_S = 3.0  # the other services' reports come within this of the first
 
 Change = Callable[[Request, TokenRecord, dict[str, Any], int, str], Awaitable[dict[str, Any]]]
@@ -320,6 +325,17 @@ def mount_console(app: FastAPI, console: Console) -> None:
         known = await stored(lambda: forecast_series(console.store))
         chart = await stored(lambda: forecast_chart(series, console.store))
         return page(request, "forecasts", series=series, known=known, chart=chart)
+
+    @router.get("/tenants")
+    async def tenants(request: Request) -> HTMLResponse:
+        """The query pack's per-tenant and per-class answers."""
+        signed_in(request)
+        pack = query_pack()
+        tables = {}
+        for name in _TENANT_QUERIES:
+            answer = await stored(partial(read_query, pack[name], console.store))
+            tables[name] = (answer.columns, answer.rows)
+        return page(request, "tenants", tables=tables, titles=_TENANT_QUERIES)
 
     @router.get("/audit")
     async def audit(request: Request) -> HTMLResponse:
