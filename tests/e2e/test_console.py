@@ -111,6 +111,13 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     assert page.locator("input[name='p.dynamic_tick_s']").count() == 0  # admin only
     page.fill("input[name='p.dynamic_qos_factor']", "20")
     page.fill("input[name=reason]", "favour high-class jobs more")
+    # what-if first: the last hours replayed with and without the change
+    page.click("#whatif")
+    page.wait_for_selector(".whatif .state:text('done')", timeout=60_000)
+    table = page.inner_text("table.whatif-table")
+    assert "wait avg (normal)" in table
+    assert "preemptions" in table
+    _shot(page, "whatif")
     page.click("#change button[type=submit]")
     page.wait_for_selector("#apply", timeout=10_000)
     assert "30.0" in page.locator("table.diff").inner_text()

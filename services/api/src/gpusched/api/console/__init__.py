@@ -27,6 +27,7 @@ from fastapi.templating import Jinja2Templates
 
 from gpusched.api.console.forecasts import forecast_chart, forecast_series
 from gpusched.api.console.sessions import COOKIE, Session, Sessions
+from gpusched.api.console.whatif import WhatIf, WhatIfRuns
 from gpusched.api.jobs import InvalidJob, job_history
 from gpusched.api.listing import list_nodes, list_queue
 from gpusched.api.params import ParamLedger, RefusedChange, differs, param_history, values_at
@@ -48,6 +49,7 @@ _TENANT_QUERIES = {  # query pack name -> the title it has on the tenants page
     "energy_per_tenant": "GPU time and energy per tenant",
     "queue_wait_by_class": "Queue wait by priority class",
 }
+_WHATIF_HOURS = 6.0
 _SETTLE_S = 3.0  # the other services' reports come within this of the first
 
 Change = Callable[[Request, TokenRecord, dict[str, Any], int, str], Awaitable[dict[str, Any]]]
@@ -109,6 +111,8 @@ def mount_console(app: FastAPI, console: Console) -> None:
     templates = Jinja2Templates(directory=_HERE / "templates")
     app.mount("/console/static", StaticFiles(directory=_HERE / "static"), name="console-static")
     router = APIRouter(prefix="/console", include_in_schema=False)
+    whatifs = WhatIfRuns()
+    running: set[asyncio.Task[None]] = set()  # what-if threads (a reference each)
 
     def signed_in(request: Request, role: Role = Role.VIEWER) -> tuple[Session, TokenRecord]:
         found = sessions.current(request)
@@ -294,6 +298,43 @@ def mount_console(app: FastAPI, console: Console) -> None:
         changes = {n: v for n, v in values.items() if differs(current, n, v)}
         reason = f"revert to revision {revision}"
         return await published(request, who, changes, console.ledger.revision, reason)
+
+    @router.post("/whatif")
+    async def whatif(request: Request) -> HTMLResponse:
+        """Start a what-if replay of the candidate values (a background thread)."""
+        _, fields = await form(request, Role.OPERATOR)
+        try:
+            hours = min(max(float(fields.get("hours") or _WHATIF_HOURS), 0.1), 7 * 24)
+        except ValueError as exc:
+            raise HTTPException(422, "hours: a number") from exc
+        run = WhatIf(changes_in(fields), hours)
+        run_id = whatifs.add(run)
+        current, _ = console.ledger.params()
+        task = asyncio.create_task(asyncio.to_thread(run.run, current, console.store))
+        running.add(task)
+        task.add_done_callback(running.discard)
+        return templates.TemplateResponse(request, "whatif.html", {"run_id": run_id, "run": run})
+
+    @router.get("/whatif/{run_id}/stream")
+    async def whatif_stream(request: Request, run_id: str) -> StreamingResponse:
+        """SSE: the replay's progress every 0.5 s, then the comparison table."""
+        signed_in(request, Role.OPERATOR)
+        run = whatifs.runs.get(run_id)
+        if run is None:
+            raise HTTPException(404, f"no what-if run {run_id} (it may have been forgotten)")
+        status = templates.get_template("whatif_status.html")
+
+        async def events() -> AsyncIterator[str]:
+            while True:
+                finished = run.finished
+                html = status.render(run=run).replace("\n", "")
+                yield f"event: progress\ndata: {html}\n\n"
+                if finished:
+                    break
+                await asyncio.sleep(_STREAM_S)
+            yield "event: done\ndata: \n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     @router.get("/params/stream")
     async def stream(request: Request, revision: int) -> StreamingResponse:
