@@ -79,6 +79,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
         lambda: _reloaded(page) and page.locator(".heat i").count() == NODES * 8,
         timeout=60,
     )
+    page.wait_for_selector("#activity .uplot canvas", timeout=10_000)  # jobs and power
     health = page.inner_text("section.health")
     assert "the event log (Kafka): up" in health
     assert "newest telemetry:" in health

@@ -25,6 +25,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from gpusched.api.console.charts import overview_series
 from gpusched.api.console.forecasts import forecast_chart, forecast_series
 from gpusched.api.console.sessions import COOKIE, Session, Sessions
 from gpusched.api.console.whatif import WhatIf, WhatIfRuns
@@ -186,10 +187,12 @@ def mount_console(app: FastAPI, console: Console) -> None:
             used = round(n.gpus_total - n.gpus_free, 2)
             shown.append({**n.as_dict(), "cells": cells, "used": used})
         ages = await stored(lambda: read_query(_AGES_SQL, console.store).rows[0])
+        series = await stored(lambda: overview_series(console.store))
         return page(
             request,
             "overview",
             dependencies=[(d.name, d.as_dict()) for d in console.dependencies],
+            series=series,
             telemetry_age_s=ages[0],
             view_age_s=ages[1],
             nodes=shown,
