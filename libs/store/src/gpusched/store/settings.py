@@ -44,6 +44,12 @@ class StoreSettings(BaseSettings):
         description="where other processes (`gpusched sql`, the forecaster) query an embedded "
         "store: the sink's read-only SQL endpoint",
     )
+
+    @property
+    def shown_dsn(self) -> str:
+        """Where the store is, without user and password: for a log line or an error."""
+        return self.dsn.rsplit("@", 1)[-1]
+
     migrations_dir: Path = Field(
         default_factory=_default_migrations,
         description="folder of versioned NNNN_name.sql migrations "

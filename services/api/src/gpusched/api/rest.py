@@ -93,7 +93,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     changing = asyncio.Lock()  # one revision number at a time
     accepted: OrderedDict[str, str] = OrderedDict()  # job id -> tenant, newest last
     event_log = Dependency("the event log (Kafka)", settings.kafka_bootstrap_servers, log)
-    store_at = store.sql_url if store.dsn.startswith("chdb") else store.dsn.split("@")[-1]
+    store_at = store.sql_url if store.dsn.startswith("chdb") else store.shown_dsn
     the_store = Dependency("the store (ClickHouse)", store_at, log)
 
     async def models() -> dict[str, int]:
@@ -311,19 +311,24 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     ) -> dict[str, Any]:
         """Publish the values of a past revision as a new revision (from the store, so a
         revision it has not stored yet is a 409)."""
+        return await revert_locked(request, who, revert.revision, revert.reason)
+
+    async def revert_locked(
+        request: Request, who: TokenRecord, revision: int, reason: str | None
+    ) -> dict[str, Any]:
         async with changing:
             await read_ledger()
             try:
-                values = await asyncio.to_thread(values_at, revert.revision, store)
+                values = await asyncio.to_thread(values_at, revision, store)
             except StoreError as exc:
                 raise HTTPException(503, f"the store is not reachable: {exc}") from exc
-            if values is None or revert.revision > ledger.revision:
+            if values is None or revision > ledger.revision:
                 raise HTTPException(
-                    409, f"revision {revert.revision} is not in the store (yet): retry shortly"
+                    409, f"revision {revision} is not in the store (yet): retry shortly"
                 )
-            reason = revert.reason or f"revert to revision {revert.revision}"
             current, _ = ledger.params()
             changes = {n: v for n, v in values.items() if differs(current, n, v)}
+            reason = reason or f"revert to revision {revision}"
             return await publish(request, who, changes, ledger.revision, reason)
 
     async def change_locked(
@@ -334,7 +339,15 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
 
     mount_console(
         app,
-        Console(access.tokens, store, ledger, read_ledger, change_locked, (event_log, the_store)),
+        Console(
+            access.tokens,
+            store,
+            ledger,
+            read_ledger,
+            change_locked,
+            revert_locked,
+            (event_log, the_store),
+        ),
     )
 
     @app.get("/params/history")

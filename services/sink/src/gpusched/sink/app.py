@@ -50,8 +50,7 @@ async def run_sink(
         log.info(
             "read-only SQL on http://%s:%d/sql", settings.sink_sql_host, settings.sink_sql_port
         )
-    where = store_settings.dsn.split("@")[-1]  # no password in a log line
-    store_state = Dependency("the store (ClickHouse)", where, log)
+    store_state = Dependency("the store (ClickHouse)", store_settings.shown_dsn, log)
     try:
         async with service_health(settings, "sink", log, store_state):
             return await Sink(settings, store, lock, store_state).run(stop)

@@ -31,7 +31,7 @@ from gpusched.api.console.sessions import COOKIE, Session, Sessions
 from gpusched.api.console.whatif import WhatIf, WhatIfRuns
 from gpusched.api.jobs import InvalidJob, job_history
 from gpusched.api.listing import list_nodes, list_queue
-from gpusched.api.params import ParamLedger, RefusedChange, differs, param_history, values_at
+from gpusched.api.params import ParamLedger, RefusedChange, param_history
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts.health import Dependency
 from gpusched.store import StoreError, StoreSettings, query_pack, read_query
@@ -54,6 +54,7 @@ _WHATIF_HOURS = 6.0
 _SETTLE_S = 3.0  # the other services' reports come within this of the first
 
 Change = Callable[[Request, TokenRecord, dict[str, Any], int, str], Awaitable[dict[str, Any]]]
+Revert = Callable[[Request, TokenRecord, int, str | None], Awaitable[dict[str, Any]]]
 
 
 @dataclass
@@ -65,6 +66,7 @@ class Console:
     ledger: ParamLedger
     read_ledger: Callable[[], Awaitable[None]]
     change: Change  # checks, numbers and publishes a revision (PATCH /params)
+    revert: Revert  # publishes a past revision's values as a new one (POST /params/revert)
     dependencies: Sequence[Dependency] = ()  # the API's view of the event log and store
 
 
@@ -269,14 +271,11 @@ def mount_console(app: FastAPI, console: Console) -> None:
             context["error"] = f"{exc.name + ': ' if exc.name else ''}{exc.message}"
         return templates.TemplateResponse(request, "preview.html", context)
 
-    async def published(
-        request: Request, who: TokenRecord, changes: dict[str, Any], against: int, reason: str
-    ) -> HTMLResponse:
+    async def published(request: Request, making: Awaitable[dict[str, Any]]) -> HTMLResponse:
         """The fragment of a change made: 'sent', then its live state; or why refused."""
         context: dict[str, Any] = {}
         try:
-            done = await console.change(request, who, changes, against, reason)
-            context["revision"] = done["revision"]
+            context["revision"] = (await making)["revision"]
         except HTTPException as exc:
             context["error"] = f"refused ({exc.status_code}): {_detail(exc)}"
         return templates.TemplateResponse(request, "applied.html", context)
@@ -284,23 +283,16 @@ def mount_console(app: FastAPI, console: Console) -> None:
     @router.post("/params/apply")
     async def apply(request: Request) -> HTMLResponse:
         who, fields = await form(request, Role.OPERATOR)
-        revision = _revision(fields)
-        return await published(request, who, changes_in(fields), revision, fields.get("reason", ""))
+        revision, reason = _revision(fields), fields.get("reason", "")
+        return await published(
+            request, console.change(request, who, changes_in(fields), revision, reason)
+        )
 
     @router.post("/params/revert")
     async def revert(request: Request) -> HTMLResponse:
         """Publish the values of a past revision as a new one (the audit page's button)."""
         who, fields = await form(request, Role.OPERATOR)
-        revision = _revision(fields)
-        await console.read_ledger()
-        values = await stored(lambda: values_at(revision, console.store))
-        if values is None:
-            context = {"error": f"revision {revision} is not in the store (yet)"}
-            return templates.TemplateResponse(request, "applied.html", context)
-        current, _ = console.ledger.params()
-        changes = {n: v for n, v in values.items() if differs(current, n, v)}
-        reason = f"revert to revision {revision}"
-        return await published(request, who, changes, console.ledger.revision, reason)
+        return await published(request, console.revert(request, who, _revision(fields), None))
 
     @router.post("/whatif")
     async def whatif(request: Request) -> HTMLResponse:
