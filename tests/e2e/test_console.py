@@ -5,6 +5,7 @@ role may not do and what comes without the CSRF token."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -22,8 +23,9 @@ SHOTS = os.environ.get("GPUSCHED_CONSOLE_SCREENSHOTS")
 
 @pytest.fixture
 def platform_env() -> dict[str, str]:
-    """One-minute forecast steps: a forecast within a minute or two of the start."""
-    return {"GPUSCHED_FORECASTER_STEP_S": "60"}
+    """One-minute forecast steps: a forecast within a minute or two of the start; jobs
+    that run two minutes of wall time (2 h of cluster time at 60x), so that some wait."""
+    return {"GPUSCHED_FORECASTER_STEP_S": "60", "GPUSCHED_SIMCLUSTER_DEFAULT_DURATION_S": "7200"}
 
 
 def _shot(page: Page, name: str) -> None:
@@ -35,6 +37,12 @@ def _reloaded(page: Page) -> bool:
     """Reload the page (for a condition polled by wait_for); always True."""
     page.reload()
     return True
+
+
+def _qos_terms(page: Page) -> set[str]:
+    """The values of the QoS component of the waiting jobs on the queue page."""
+    bars = page.locator("tr.pending td.bar span[title^='qos ']")
+    return {(bars.nth(i).get_attribute("title") or "").split()[-1] for i in range(bars.count())}
 
 
 def _sign_in(browser: Browser, platform: Platform, token: str, errors: list[str]) -> Page:
@@ -66,8 +74,9 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     viewer = p.token("--role", "viewer", "--name", "watcher")
     operator = p.token("--role", "operator", "--name", "tuner")
     with platform.client() as client:
-        for i in range(12):
-            body = {"gpus": 8, "tenant": "team-a", "job_id": f"console-{i}"}
+        for i in range(NODES + 6):  # a node each, then 4 high-class and 2 normal jobs wait
+            body = {"gpus": 8, "tenant": "team-a", "job_id": f"console-{i}",
+                    "priority_class": "normal" if i >= NODES + 4 else "high"}  # fmt: skip
             assert client.post("/jobs", json=body).status_code == 201
     errors: list[str] = []
 
@@ -84,9 +93,21 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     assert "the event log (Kafka): up" in health
     assert "newest telemetry:" in health
     assert "none yet" not in health  # the collector and the processor are flowing
+    pipeline = page.inner_text("#pipeline")
+    assert "sink lag:" in pipeline  # the consumer groups' lag, read from Kafka
+    assert "jobs.v1.dlq: 0 dead letters" in pipeline
     _shot(page, "overview")
-    page.goto(f"{platform.api}/console/queue")
-    assert page.locator("table.queue").count() == 1
+    page.goto(f"{platform.api}/console/queue?state=pending&priority_class=high")
+    p.wait_for(
+        "waiting high-class jobs with their reasons, estimated starts and QoS term",
+        lambda: _reloaded(page) and _qos_terms(page),
+        timeout=60,
+    )
+    waiting = page.locator("table.queue tr.pending")
+    assert waiting.count() >= 4
+    assert all(waiting.nth(i).locator("td.reason").inner_text() for i in range(waiting.count()))
+    assert all(waiting.nth(i).locator("td.start").inner_text() for i in range(waiting.count()))
+    assert _qos_terms(page) == {f"{-math.log(30):.3g}"}  # one class step at the default
     _shot(page, "queue")
     page.goto(f"{platform.api}/console/params")
     assert page.locator("tr[data-param=dynamic_qos_factor]").count() == 1
@@ -126,6 +147,12 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     page.click("#apply")
     page.wait_for_selector(".revision .state:text('applied')", timeout=15_000)
     _shot(page, "params-applied")
+    page.goto(f"{platform.api}/console/queue?state=pending&priority_class=high")
+    p.wait_for(
+        "the queue's QoS component to follow the new factor",
+        lambda: _reloaded(page) and _qos_terms(page) == {f"{-math.log(20):.3g}"},
+        timeout=60,
+    )
     page.goto(f"{platform.api}/console/audit")
     p.wait_for(
         "the change in the audit page",
@@ -179,6 +206,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
         timeout=60,
     )
     assert page.locator("table[data-query=queue_wait_by_class]").count() == 1
+    page.wait_for_selector("#shares .uplot canvas", timeout=10_000)  # fair share per hour
     _shot(page, "tenants")
 
     # a job's page: its lifecycle with who submitted it

@@ -75,6 +75,15 @@ def test_query_pack(pipeline: Pipeline, tmp_path: Path) -> None:
     assert set(tenants) == {"vision", "speech"}
     assert tenants["vision"]["jobs"] == 1
 
+    shares = _rows(p, "fair_share_by_tenant_hour")
+    assert {r["tenant"] for r in shares} == {"vision", "speech"}
+    for hour in {r["hour"] for r in shares}:  # one, or two if an hour began meanwhile
+        in_hour = [r for r in shares if r["hour"] == hour]
+        assert sum(r["used_share"] for r in in_hour) == pytest.approx(1.0, abs=0.01)
+        assert all(r["fair_share"] == pytest.approx(1 / len(in_hour)) for r in in_hour)
+    held = {t: sum(r["gpu_hours"] for r in shares if r["tenant"] == t) for t in tenants}
+    assert held["vision"] / (held["vision"] + held["speech"]) == pytest.approx(4 / 6, abs=0.02)
+
     waits = {r["priority_class"]: r for r in _rows(p, "queue_wait_by_class")}
     assert set(waits) == {"high", "normal"}
     assert all(r["jobs_started"] == 1 and r["avg_wait_s"] >= 0 for r in waits.values())

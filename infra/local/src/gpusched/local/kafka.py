@@ -397,6 +397,8 @@ def _acls(prefix: str) -> list[list[str]]:
         ],
         [*principal("gpusched-api", "Write", "Describe"), *named(JOBS.base, CONTROL.base)],
         [*principal("gpusched-api", "Read", "Describe"), *named(CONTROL.base, CONTROL_STATUS.base)],
+        [*principal("gpusched-api", "Describe"), *topics],  # the console's lag and DLQ sizes
+        [*principal("gpusched-api", "Describe"), *groups],
         [*principal("gpusched-reader", "Read", "Describe"), *topics],
         [
             *principal("gpusched-reader", "Read"),

@@ -341,6 +341,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         app,
         Console(
             access.tokens,
+            settings,
             store,
             ledger,
             read_ledger,

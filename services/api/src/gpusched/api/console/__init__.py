@@ -25,14 +25,16 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from gpusched.api.console.charts import overview_series
+from gpusched.api.console.charts import fair_share_series, overview_series
 from gpusched.api.console.forecasts import forecast_chart, forecast_series
+from gpusched.api.console.pipeline import PipelineWatch
 from gpusched.api.console.sessions import COOKIE, Session, Sessions
 from gpusched.api.console.whatif import WhatIf, WhatIfRuns
 from gpusched.api.jobs import InvalidJob, job_history
 from gpusched.api.listing import list_nodes, list_queue
 from gpusched.api.params import ParamLedger, RefusedChange, param_history
 from gpusched.api.tokens import Role, TokenFile, TokenRecord
+from gpusched.contracts import KafkaSettings
 from gpusched.contracts.health import Dependency
 from gpusched.store import StoreError, StoreSettings, query_pack, read_query
 
@@ -62,6 +64,7 @@ class Console:
     """What the console's pages read and change, from the API that serves them."""
 
     tokens: TokenFile
+    kafka: KafkaSettings
     store: StoreSettings
     ledger: ParamLedger
     read_ledger: Callable[[], Awaitable[None]]
@@ -115,6 +118,7 @@ def mount_console(app: FastAPI, console: Console) -> None:
     app.mount("/console/static", StaticFiles(directory=_HERE / "static"), name="console-static")
     router = APIRouter(prefix="/console", include_in_schema=False)
     whatifs = WhatIfRuns()
+    pipeline = PipelineWatch(console.kafka)
     running: set[asyncio.Task[None]] = set()  # what-if threads (a reference each)
 
     def signed_in(request: Request, role: Role = Role.VIEWER) -> tuple[Session, TokenRecord]:
@@ -194,6 +198,7 @@ def mount_console(app: FastAPI, console: Console) -> None:
             request,
             "overview",
             dependencies=[(d.name, d.as_dict()) for d in console.dependencies],
+            pipeline=await pipeline.current(),
             series=series,
             telemetry_age_s=ages[0],
             view_age_s=ages[1],
@@ -364,14 +369,15 @@ def mount_console(app: FastAPI, console: Console) -> None:
 
     @router.get("/tenants")
     async def tenants(request: Request) -> HTMLResponse:
-        """The query pack's per-tenant and per-class answers."""
+        """Fair share over time and the query pack's per-tenant and per-class answers."""
         signed_in(request)
         pack = query_pack()
         tables = {}
         for name in _TENANT_QUERIES:
             answer = await stored(partial(read_query, pack[name], console.store))
             tables[name] = (answer.columns, answer.rows)
-        return page(request, "tenants", tables=tables, titles=_TENANT_QUERIES)
+        shares = await stored(lambda: fair_share_series(console.store))
+        return page(request, "tenants", tables=tables, titles=_TENANT_QUERIES, shares=shares)
 
     @router.get("/audit")
     async def audit(request: Request) -> HTMLResponse:

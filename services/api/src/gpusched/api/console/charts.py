@@ -1,18 +1,22 @@
-"""The overview's time series, per minute over the last hours: jobs pending and running
-(from the job events: pending from submission to first start, running from first start
-to the end), the GPUs' power draw (from telemetry: energy of the minute's samples / 60 s),
-and the energy drawn since midnight UTC."""
+"""The console's time series. The overview's, per minute over the last hours: jobs pending
+and running (from the job events: pending from submission to first start, running from
+first start to the end), the GPUs' power draw (from telemetry: energy of the minute's
+samples / 60 s), and the energy drawn since midnight UTC. The tenants page's: each
+tenant's part of the GPU time per hour beside its fair share (the query pack's
+``fair_share_by_tenant_hour``)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from gpusched.store import StoreSettings, read_query
+from gpusched.store import StoreSettings, query_pack, read_query
 
-__all__ = ["overview_series"]
+__all__ = ["fair_share_series", "overview_series"]
 
 HOURS = 3
+SHARE_HOURS = 48
+SHARE_TENANTS = 8  # the tenants that held the most GPU time; the rest are summed
 
 _JOBS = """
 SELECT minIf(ts, type = 'submitted') AS submitted,
@@ -70,3 +74,29 @@ def overview_series(store: StoreSettings) -> dict[str, Any]:
         "hours": HOURS,
         "now": time.time(),
     }
+
+
+def fair_share_series(store: StoreSettings) -> dict[str, Any]:
+    """uPlot's columns over the last SHARE_HOURS: hour, the fair share, then each of the
+    SHARE_TENANTS tenants' part of the GPU time (then 'others', when there are more)."""
+    sql = (
+        f"SELECT toUnixTimestamp(hour), tenant, used_share, fair_share, gpu_hours "
+        f"FROM ({query_pack()['fair_share_by_tenant_hour']}) "
+        f"WHERE hour > now() - INTERVAL {SHARE_HOURS} HOUR"
+    )
+    rows = read_query(sql, store).rows
+    held: dict[str, float] = {}
+    for _, tenant, _, _, gpu_hours in rows:
+        held[tenant] = held.get(tenant, 0.0) + float(gpu_hours)
+    shown = sorted(held, key=lambda t: -held[t])[:SHARE_TENANTS]
+    names = shown + (["others"] if len(held) > len(shown) else [])
+    hours = sorted({int(r[0]) for r in rows})
+    at = {h: i for i, h in enumerate(hours)}
+    fair: list[float | None] = [None] * len(hours)
+    used: dict[str, list[float | None]] = {n: [None] * len(hours) for n in names}
+    for t, tenant, share, fair_share, _ in rows:
+        i = at[int(t)]
+        fair[i] = float(fair_share)
+        name = tenant if tenant in used else "others"
+        used[name][i] = (used[name][i] or 0.0) + float(share)
+    return {"data": [hours, fair, *used.values()], "tenants": names, "hours": SHARE_HOURS}
