@@ -33,9 +33,9 @@ from gpusched.api.console.whatif import WhatIf, WhatIfRuns
 from gpusched.api.jobs import InvalidJob, job_history
 from gpusched.api.listing import list_nodes, list_queue
 from gpusched.api.params import ParamLedger, RefusedChange, param_history
-from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts import KafkaSettings
 from gpusched.contracts.health import Dependency
+from gpusched.contracts.tokens import Role, TokenFile, TokenRecord
 from gpusched.store import StoreError, StoreSettings, query_pack, read_query
 
 __all__ = ["Console", "mount_console"]

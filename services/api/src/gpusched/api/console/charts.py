@@ -99,4 +99,9 @@ def fair_share_series(store: StoreSettings) -> dict[str, Any]:
         fair[i] = float(fair_share)
         name = tenant if tenant in used else "others"
         used[name][i] = (used[name][i] or 0.0) + float(share)
-    return {"data": [hours, fair, *used.values()], "tenants": names, "hours": SHARE_HOURS}
+    return {
+        "data": [hours, fair, *used.values()],
+        "tenants": names,
+        "hours": SHARE_HOURS,
+        "now": time.time(),
+    }

@@ -26,8 +26,10 @@ _FRESH_S = 5.0  # a reading younger than this is shown again rather than read an
 class Pipeline:
     """Consumer lag per group and messages per dead-letter topic, or why unknown."""
 
-    lag: dict[str, int] = field(default_factory=dict)  # group -> messages not yet consumed
-    dead_letters: dict[str, int] = field(default_factory=dict)  # dlq topic -> messages
+    # without the deployment's topic prefix: group -> messages not yet consumed, and
+    # dead-letter topic -> messages it holds
+    lag: dict[str, int] = field(default_factory=dict)
+    dead_letters: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     at: float = field(default_factory=time.monotonic)
 
@@ -56,10 +58,15 @@ async def read_pipeline(kafka: KafkaSettings, timeout_s: float) -> Pipeline:
         await admin.close()
     return Pipeline(
         lag={
-            group: sum(max(ends[tp] - at.offset, 0) for tp, at in offsets.items() if at.offset >= 0)
+            group[len(prefix) :]: sum(
+                max(ends[tp] - at.offset, 0) for tp, at in offsets.items() if at.offset >= 0
+            )
             for group, offsets in committed.items()
         },
-        dead_letters={t: sum(ends[tp] - starts[tp] for tp in held if tp.topic == t) for t in dlqs},
+        dead_letters={
+            t[len(prefix) :]: sum(ends[tp] - starts[tp] for tp in held if tp.topic == t)
+            for t in dlqs
+        },
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from fastapi import HTTPException, Request
 
-from gpusched.api.tokens import TokenFile, TokenRecord
+from gpusched.contracts.tokens import TokenFile, TokenRecord
 
 __all__ = ["COOKIE", "Session", "Sessions"]
 
