@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from gpusched.api.tokens import Role, TokenFile
 from gpusched.contracts import NodeView, encode
+from gpusched.contracts.tokens import Role, TokenFile
 from gpusched.contracts.topics import VIEW
 from gpusched.local.procs import free_port
 from gpusched.sim import load_cluster, traces_dir

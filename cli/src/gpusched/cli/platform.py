@@ -26,9 +26,9 @@ import typer
 from rich.console import Console
 
 from gpusched.api import ApiSettings
-from gpusched.api.tokens import Role, TokenFile
 from gpusched.contracts import KafkaSettings
 from gpusched.contracts.provision import ensure_topics
+from gpusched.contracts.tokens import Role, TokenFile
 from gpusched.local.kafka import BrokerError, LocalBroker
 from gpusched.local.procs import free_port, gpusched_executable, var_dir
 from gpusched.sim import traces_dir

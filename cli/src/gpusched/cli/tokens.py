@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpusched.api import ApiSettings
-from gpusched.api.tokens import Role, TokenError, TokenFile, describe
+from gpusched.contracts.tokens import Role, TokenError, TokenFile, describe
 
 __all__ = ["token_app"]
 

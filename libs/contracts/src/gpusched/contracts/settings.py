@@ -1,13 +1,25 @@
-"""Kafka connection settings shared by every service that talks to the broker."""
+"""Settings shared by several services: the Kafka connection of every service that talks
+to the broker, and the token file of those that check API tokens (the API, the sink's
+ClickHouse HTTP interface)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["KafkaSettings", "client_options"]
+__all__ = ["KafkaSettings", "TokenFileSettings", "checkout_root", "client_options"]
+
+
+def checkout_root() -> Path:
+    """The gpusched checkout this package runs from; the working directory for an installed
+    wheel (state then lives in ./var unless settings say otherwise)."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "uv.lock").is_file() and (parent / "libs" / "store").is_dir():
+            return parent
+    return Path.cwd()
 
 
 class KafkaSettings(BaseSettings):
@@ -80,3 +92,15 @@ def client_options(kafka: KafkaSettings | str) -> dict[str, Any]:
     if isinstance(kafka, str):
         return {"bootstrap_servers": kafka}
     return kafka.client_options()
+
+
+class TokenFileSettings(BaseSettings):
+    """Where the API tokens' records are (gpusched.contracts.tokens)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
+
+    api_tokens_file: Path = Field(
+        default_factory=lambda: checkout_root() / "var" / "tokens.json",
+        description="the token records (hashes, roles, tenants); "
+        "default <checkout>/var/tokens.json",
+    )

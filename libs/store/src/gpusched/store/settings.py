@@ -8,16 +8,9 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpusched.contracts.settings import checkout_root
+
 __all__ = ["StoreSettings", "checkout_root"]
-
-
-def checkout_root() -> Path:
-    """The gpusched checkout this package runs from; the working directory for an installed
-    wheel (state then lives in ./var unless settings say otherwise)."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "uv.lock").is_file() and (parent / "libs" / "store").is_dir():
-            return parent
-    return Path.cwd()
 
 
 def _default_dsn() -> str:

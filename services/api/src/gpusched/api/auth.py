@@ -16,7 +16,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gpusched.api.tokens import ALL_TENANTS, Role, TokenFile, TokenRecord
+from gpusched.contracts.tokens import ALL_TENANTS, Role, TokenFile, TokenRecord
 
 __all__ = ["Access", "require_tenant"]
 

@@ -54,10 +54,10 @@ from gpusched.api.params import (
     values_at,
 )
 from gpusched.api.settings import ApiSettings
-from gpusched.api.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts import ControlParameter, ControlStatus, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import Dependency, watch_kafka
+from gpusched.contracts.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts.topics import CONTROL, CONTROL_STATUS, JOBS
 from gpusched.store import StoreError, StoreSettings, read_query
 

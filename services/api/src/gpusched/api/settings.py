@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gpusched.contracts import KafkaSettings
-from gpusched.store import checkout_root
+from gpusched.contracts.settings import TokenFileSettings
 
 __all__ = ["ApiSettings"]
 
 
-class ApiSettings(KafkaSettings):
+class ApiSettings(KafkaSettings, TokenFileSettings):
     """Where the REST API listens, who may use it, and how fresh its view of the cluster's
     GPUs is."""
 
@@ -27,11 +25,6 @@ class ApiSettings(KafkaSettings):
     api_auth: bool = Field(
         default=True,
         description="require a bearer token on every route (off only for tests that say why)",
-    )
-    api_tokens_file: Path = Field(
-        default_factory=lambda: checkout_root() / "var" / "tokens.json",
-        description="the token records (hashes, roles, tenants); "
-        "default <checkout>/var/tokens.json",
     )
     api_kafka_timeout_s: float = Field(
         default=5.0,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,20 +43,18 @@ class SinkStats:
 class Sink:
     """Consumes the topics of ``settings.topic_prefix`` into ``store``.
 
-    ``lock`` lets one call at a time into the store: the SQL endpoint's threads query
-    the same embedded engine through a client of their own.
+    Queries of the SQL endpoints run on engine connections of their own and share no
+    lock with its inserts.
     """
 
     def __init__(
         self,
         settings: SinkSettings,
         store: Store,
-        lock: threading.Lock,
         store_state: Dependency | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
-        self.lock = lock
         self.store_state = store_state or Dependency("the store (ClickHouse)", "", log)
         self.stats = SinkStats()
         self.prefix = settings.topic_prefix
@@ -143,5 +140,4 @@ class Sink:
             self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
 
     def _insert(self, events: list[BaseModel]) -> dict[str, int]:
-        with self.lock:
-            return self.store.insert_events(events)
+        return self.store.insert_events(events)

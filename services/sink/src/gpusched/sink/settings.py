@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from gpusched.contracts import KafkaSettings
+from gpusched.contracts.settings import TokenFileSettings
 
 __all__ = ["SinkSettings"]
 
 
-class SinkSettings(KafkaSettings):
-    """Batching of the sink, and where it serves read-only SQL."""
+class SinkSettings(KafkaSettings, TokenFileSettings):
+    """Batching of the sink, where it serves read-only SQL (its own `/sql` and ClickHouse's
+    HTTP interface on `/`), and the limits of the analysts' queries there."""
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
 
@@ -23,8 +27,31 @@ class SinkSettings(KafkaSettings):
         default=1.0, gt=0, description="longest time an event waits before its batch is inserted"
     )
     sink_sql_host: str = Field(
-        default="127.0.0.1", description="address of the read-only SQL endpoint"
+        default="127.0.0.1",
+        description="address of the read-only SQL endpoint (/sql) and ClickHouse HTTP interface (/)",
     )
     sink_sql_port: int = Field(
         default=18123, ge=0, le=65535, description="port of the read-only SQL endpoint (0: off)"
+    )
+    sink_query_workers: int = Field(
+        default=2, ge=1, le=64, description="analyst queries (/) run at once; more wait their turn"
+    )
+    sink_query_max_threads: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="ClickHouse max_threads of an analyst query (leaves cores to ingestion)",
+    )
+    sink_query_max_execution_s: int = Field(
+        default=60, ge=1, description="ClickHouse max_execution_time of an analyst query"
+    )
+    sink_query_max_memory_bytes: int = Field(
+        default=4 * 2**30, ge=2**20, description="ClickHouse max_memory_usage of an analyst query"
+    )
+    sink_query_max_result_rows: int = Field(
+        default=1_000_000, ge=1, description="ClickHouse max_result_rows of an analyst query"
+    )
+    sink_query_result_overflow_mode: Literal["throw", "break"] = Field(
+        default="throw",
+        description="over max_result_rows: throw (an error) or break (a truncated result)",
     )

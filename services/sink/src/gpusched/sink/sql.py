@@ -5,13 +5,14 @@
 their own with ClickHouse's ``readonly=1``: anything that would write, or read files, is
 refused with 400 and ClickHouse's message. A client of its own because the embedded engine
 keeps query settings in the client's session: on the sink's writing client, ``readonly``
-would stay and refuse its next insert.
+would stay and refuse its next insert. It is the other services' door to an embedded
+store (``GPUSCHED_STORE_SQL_URL``); analysts' tools use ClickHouse's HTTP interface on
+``/`` (``clickhouse_http``), with tokens and limits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Annotated, Any
 
 from clickhouse_connect.driver.client import Client
@@ -21,13 +22,12 @@ from fastapi.encoders import jsonable_encoder
 __all__ = ["sql_app"]
 
 
-def sql_app(reader: Client, lock: threading.Lock) -> FastAPI:
+def sql_app(reader: Client) -> FastAPI:
     """The FastAPI app that answers queries through ``reader`` (a client used only here)."""
     app = FastAPI(title="gpusched sink SQL", version="1")
 
     def run(sql: str) -> dict[str, Any]:
-        with lock:
-            result = reader.query(sql, settings={"readonly": 1})
+        result = reader.query(sql, settings={"readonly": 1})
         return {
             "columns": list(result.column_names),
             "types": [t.name for t in result.column_types],
