@@ -3,8 +3,11 @@ clickhouse-connect's HTTP client, the ClickHouse JDBC driver and raw HTTP (curl-
 
 from __future__ import annotations
 
+import hashlib
 import io
+import subprocess
 import time
+from pathlib import Path
 
 import clickhouse_connect
 import httpx
@@ -114,3 +117,40 @@ def test_limits(pipeline: Pipeline) -> None:
     assert time.monotonic() - started < 30
     many = httpx.post(url, content=b"SELECT number FROM numbers(100)", auth=auth)
     assert "TOO_MANY_ROWS_OR_BYTES" in many.text
+
+
+JDBC = Path(__file__).parent / "jdbc"
+
+
+@pytest.fixture(scope="session")
+def jdbc_driver() -> Path:
+    """The ClickHouse JDBC driver's jars, resolved once from Maven Central (jdbc/pom.xml)
+    into ~/.cache/gpusched."""
+    pom = (JDBC / "pom.xml").read_bytes()
+    jars = Path.home() / ".cache" / "gpusched" / f"jdbc-{hashlib.sha256(pom).hexdigest()[:12]}"
+    if not (jars / ".complete").exists():
+        subprocess.run(
+            ["mvn", "-q", "-B", "-f", str(JDBC / "pom.xml"), "dependency:copy-dependencies",
+             f"-DoutputDirectory={jars}"],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+        (jars / ".complete").touch()
+    return jars
+
+
+def test_jdbc(filled: tuple[Pipeline, str], jdbc_driver: Path) -> None:
+    p, token = filled
+    probe = subprocess.run(
+        ["java", "-cp", f"{jdbc_driver}/*", str(JDBC / "JdbcProbe.java"),
+         f"jdbc:clickhouse://127.0.0.1:{p.sql_port}/gpusched", "analyst", token],
+        capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    facts = dict(line.split("=", 1) for line in probe.stdout.splitlines() if "=" in line)
+    assert facts["product"] == "ClickHouse"
+    assert {"telemetry", "job_events", "priorities"} <= set(facts["tables"].split(","))
+    assert {"job_id", "tenant", "type", "ts"} <= set(facts["job_events_columns"].split(","))
+    assert facts["telemetry_rows"] == "24"
+    assert facts["telemetry_nodes"] == "2"
+    assert facts["telemetry_power"] == "true"
+    assert facts["jobs"] == "job-0:vision job-1:vision job-2:vision"

@@ -2,14 +2,18 @@
 speak (clickhouse-connect, the JDBC driver, Grafana's data source, curl).
 
 ``GET|POST /`` with the query in the ``query`` parameter and/or the body (a POST's body
-follows the parameter's text), ``database``, ``default_format`` (TabSeparated when not
-given) and the query's own ``FORMAT`` clause: the engine itself writes every ClickHouse
+follows the parameter's text), ``database`` and ``default_format`` (TabSeparated when not
+given; also as the ``X-ClickHouse-Database`` and ``X-ClickHouse-Format`` headers) and the
+query's own ``FORMAT`` clause: the engine itself writes every ClickHouse
 output format (JSON, JSONEachRow, TabSeparatedWithNamesAndTypes, CSVWithNames, Parquet,
 Native, RowBinaryWithNamesAndTypes, ...). ``param_<name>=`` binds ``{name:Type}``.
 ``GET /ping`` answers ``Ok.``. Errors come as ClickHouse writes them: the status its
 server gives the error code, the ``Code: N. DB::Exception: ...`` text, and the
 ``X-ClickHouse-Exception-Code`` header; a result carries ``X-ClickHouse-Summary``,
 ``X-ClickHouse-Format``, ``X-ClickHouse-Query-Id`` and ``X-ClickHouse-Timezone``.
+``compress=1`` / ``decompress=1`` use ClickHouse's compressed block stream
+(``compressed``); HTTP's own compression (``enable_http_compression``) is not offered:
+answers are sent identity-encoded, which every client accepts.
 
 Credentials are gpusched API tokens (viewer role and above): HTTP basic auth,
 ``X-ClickHouse-User``/``X-ClickHouse-Key`` or ``user``/``password`` parameters, with the
@@ -41,6 +45,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from gpusched.contracts.tokens import TokenFile
+from gpusched.sink.compressed import compress, decompress
 from gpusched.sink.settings import SinkSettings
 
 __all__ = ["AnalystEngine", "mount_clickhouse_http"]
@@ -220,8 +225,13 @@ def mount_clickhouse_http(app: FastAPI, engine: AnalystEngine, tokens: TokenFile
     async def query(request: Request) -> Response:
         args = request.query_params
         query_id = args.get("query_id") or str(uuid.uuid4())
-        body = (await request.body()).decode() if request.method == "POST" else ""
-        sql = "\n".join(part for part in (args.get("query", ""), body) if part.strip())
+        body = b"" if request.method != "POST" else await request.body()
+        if args.get("decompress") == "1" and body:
+            try:
+                body = decompress(body)
+            except ValueError as exc:
+                return _error(QueryFailed(str(exc), 271, "CANNOT_DECOMPRESS"), query_id)
+        sql = "\n".join(part for part in (args.get("query", ""), body.decode()) if part.strip())
         if not sql.strip():
             return PlainTextResponse("Ok.\n")
         token = _credentials(request)
@@ -243,13 +253,17 @@ def mount_clickhouse_http(app: FastAPI, engine: AnalystEngine, tokens: TokenFile
                     "this store are fixed (GPUSCHED_SINK_QUERY_*)", 164, "READONLY"
                 ), query_id,
             )  # fmt: skip
-        fmt = args.get("default_format") or "TabSeparated"
+        fmt = (
+            args.get("default_format") or request.headers.get("x-clickhouse-format")
+            or "TabSeparated"
+        )  # fmt: skip
+        database = args.get("database") or request.headers.get("x-clickhouse-database")
         named = _FORMAT.search(sql)
         shown = named.group(1) if named else fmt
         params = {k[6:]: v for k, v in args.items() if k.startswith("param_")}
         started = time.monotonic()
         try:
-            answer = await engine.query(sql, fmt, params, args.get("database"))
+            answer = await engine.query(sql, fmt, params, database)
         except QueryFailed as exc:
             return _error(exc, query_id)
         summary = {
@@ -269,7 +283,7 @@ def mount_clickhouse_http(app: FastAPI, engine: AnalystEngine, tokens: TokenFile
                 else "text/plain; charset=UTF-8" if text else "application/octet-stream"
             )  # fmt: skip
         return Response(
-            answer.body,
+            compress(answer.body) if args.get("compress") == "1" else answer.body,
             media_type=content_type,
             headers={
                 "X-ClickHouse-Summary": json.dumps(summary, separators=(",", ":")),
