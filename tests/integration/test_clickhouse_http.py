@@ -67,16 +67,16 @@ def test_raw_http(filled: tuple[Pipeline, str]) -> None:
     assert httpx.get(f"{url}ping").text == "Ok.\n"
     auth = ("analyst", token)
 
-    named = httpx.get(url, params={"query": "SELECT tenant, count() AS n FROM job_events "
-                                   "GROUP BY tenant FORMAT TabSeparatedWithNames"}, auth=auth)  # fmt: skip
+    tsv = "SELECT tenant, count() AS n FROM job_events GROUP BY tenant FORMAT TabSeparatedWithNames"
+    named = httpx.get(url, params={"query": tsv}, auth=auth)
     assert named.status_code == 200, named.text
     assert named.text == "tenant\tn\nvision\t3\n"
     assert named.headers["X-ClickHouse-Format"] == "TabSeparatedWithNames"
     assert '"read_rows"' in named.headers["X-ClickHouse-Summary"]
 
     headers = {"X-ClickHouse-User": "analyst", "X-ClickHouse-Key": token}
-    body = httpx.post(url, params={"default_format": "JSONEachRow"},
-                      content=b"SELECT uniqExact(node_id) AS nodes FROM telemetry", headers=headers)  # fmt: skip
+    nodes = b"SELECT uniqExact(node_id) AS nodes FROM telemetry"
+    body = httpx.post(url, params={"default_format": "JSONEachRow"}, content=nodes, headers=headers)
     assert body.json() == {"nodes": 2}
 
     error = httpx.post(url, content=b"SELEC 1", auth=auth)

@@ -28,7 +28,8 @@ class SinkSettings(KafkaSettings, TokenFileSettings):
     )
     sink_sql_host: str = Field(
         default="127.0.0.1",
-        description="address of the read-only SQL endpoint (/sql) and ClickHouse HTTP interface (/)",
+        description="address of the read-only SQL endpoints: /sql, and ClickHouse's HTTP "
+        "interface on /",
     )
     sink_sql_port: int = Field(
         default=18123, ge=0, le=65535, description="port of the read-only SQL endpoint (0: off)"
