@@ -1,8 +1,8 @@
 """ClickHouse's own compressed block stream, which its HTTP interface speaks with
 ``compress=1`` (the response) and ``decompress=1`` (the request body), and which the JDBC
 driver asks for by default: blocks of a CityHash128 checksum (v1.0.2; its pair's two
-uint64, little-endian), the method byte (0x82: LZ4), the compressed size including this 9-byte header and the
-uncompressed size (both little-endian uint32), then the LZ4 block."""
+uint64, little-endian), the method byte (0x82: LZ4), the compressed size including this
+9-byte header and the uncompressed size (both little-endian uint32), then the LZ4 block."""
 
 from __future__ import annotations
 
