@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -120,6 +122,7 @@ def test_limits(pipeline: Pipeline) -> None:
 
 
 JDBC = Path(__file__).parent / "jdbc"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -154,3 +157,26 @@ def test_jdbc(filled: tuple[Pipeline, str], jdbc_driver: Path) -> None:
     assert facts["telemetry_nodes"] == "2"
     assert facts["telemetry_power"] == "true"
     assert facts["jobs"] == "job-0:vision job-1:vision job-2:vision"
+
+
+def test_grafana_dashboard_panels(filled: tuple[Pipeline, str]) -> None:
+    """Every panel's SQL of infra/grafana's dashboard runs through the HTTP interface, with
+    the time macro expanded as Grafana's ClickHouse data source does (a day around now)."""
+    p, token = filled
+    client = clickhouse_connect.get_client(
+        host="127.0.0.1", port=p.sql_port, username="analyst", password=token
+    )
+    dashboard = json.loads((REPO / "infra" / "grafana" / "gpusched-dashboard.json").read_text())
+    answers = {}
+    for panel in dashboard["panels"]:
+        (target,) = panel["targets"]
+        sql = re.sub(
+            r"\$__timeFilter\(([\w.]+)\)",
+            r"\1 >= now() - INTERVAL 1 DAY AND \1 <= now() + INTERVAL 1 DAY",
+            target["rawSql"],
+        )
+        assert "$__" not in sql, f"{panel['title']}: a macro the test does not expand"
+        answers[panel["title"]] = client.query(sql).result_rows
+    assert len(answers) == len(dashboard["panels"]) >= 4
+    assert answers["GPU power draw (kW)"]  # the collector's samples
+    assert {row[1] for row in answers["Idle GPU-hours per node"]} == {"n0000", "n0001"}
