@@ -45,7 +45,7 @@ def _qos_terms(page: Page) -> set[str]:
     return {(bars.nth(i).get_attribute("title") or "").split()[-1] for i in range(bars.count())}
 
 
-def _sign_in(browser: Browser, platform: Platform, token: str, errors: list[str]) -> Page:
+def _sign_in(browser: Browser, api: str, token: str, errors: list[str]) -> Page:
     page = browser.new_page()
     page.on(
         "console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None
@@ -59,11 +59,11 @@ def _sign_in(browser: Browser, platform: Platform, token: str, errors: list[str]
         ),
     )
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{platform.api}/console")
+    page.goto(f"{api}/console")
     assert page.url.endswith("/console/login")  # not signed in: sent to sign in
     page.fill("input[name=token]", token)
     page.click("button[type=submit]")
-    page.wait_for_url(f"{platform.api}/console")
+    page.wait_for_url(f"{api}/console")
     return page
 
 
@@ -82,7 +82,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
 
     # a viewer sees every GPU and the queue, and no edit control; the server refuses
     # a forged change (role) whatever the page shows
-    page = _sign_in(browser, platform, viewer, errors)
+    page = _sign_in(browser, platform.api, viewer, errors)
     p.wait_for(
         "the heat map to show every GPU",
         lambda: _reloaded(page) and page.locator(".heat i").count() == NODES * 8,
@@ -122,7 +122,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     page.close()
 
     # an operator changes a parameter with a reason: applied live, then audited
-    page = _sign_in(browser, platform, operator, errors)
+    page = _sign_in(browser, platform.api, operator, errors)
     no_csrf = page.request.post(
         f"{platform.api}/console/params/apply",
         form={"revision": "0", "reason": "x", "p.dynamic_qos_factor": "5"},
@@ -191,7 +191,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     _shot(page, "forecasts")
 
     # an admin also edits the parameters marked dangerous
-    admin = _sign_in(browser, platform, platform.token, errors)
+    admin = _sign_in(browser, platform.api, platform.token, errors)
     admin.goto(f"{platform.api}/console/params")
     assert admin.locator("input[name='p.dynamic_tick_s']").count() == 1
     admin.close()
@@ -214,5 +214,26 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     assert "submitted" in page.inner_text("table.timeline")
     assert "e2e" in page.locator("tr[data-step=submitted]").inner_text()
     _shot(page, "job")
+    page.close()
+
+    # The console's reads through the server-DSN code path (clickhouse-connect's HTTP
+    # client): a second API whose store DSN is the platform sink's ClickHouse HTTP
+    # interface, reached as a ClickHouse server would be. No ClickHouse server runs here
+    # (README): this checks our SQL and the client path, with the same engine behind it.
+    reader = p.token("--role", "viewer", "--name", "console-reader")
+    api = p.start_api(GPUSCHED_STORE_DSN=f"http://console-reader:{reader}@127.0.0.1:{p.sql_port}")
+    page = _sign_in(browser, api, reader, errors)
+    p.wait_for(
+        "the heat map through the server DSN",
+        lambda: _reloaded(page) and page.locator(".heat i").count() == NODES * 8,
+        timeout=60,
+    )
+    assert "the store (ClickHouse): up" in page.inner_text("section.health")
+    page.goto(f"{api}/console/jobs/console-0")
+    assert "e2e" in page.locator("tr[data-step=submitted]").inner_text()
+    page.goto(f"{api}/console/tenants")
+    assert "team-a" in page.inner_text("table[data-query=energy_per_tenant]")
+    for path in ("/queue?state=pending", "/forecasts", "/audit", "/params"):
+        page.goto(f"{api}/console{path}")
     page.close()
     assert errors == []

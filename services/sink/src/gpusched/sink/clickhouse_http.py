@@ -149,7 +149,7 @@ class AnalystEngine:
         self.timezone = "UTC"
 
     def _open(self) -> Any:
-        conn = chdb.connect(self.path)  # type: ignore[no-untyped-call]
+        conn = chdb.connect(self.path)  # type: ignore[no-untyped-call,unused-ignore]
         limits = ", ".join(f"{k} = {v!r}" for k, v in self.limits.items())
         conn.query(f"SET {limits}")
         conn.query("SET readonly = 1")
