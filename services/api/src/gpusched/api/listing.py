@@ -51,6 +51,8 @@ class NodeRow:
     power_state: str
     healthy: bool
     jobs: list[str]
+    stale_gpus: int = 0  # GPUs whose telemetry stopped
+    error_gpus: int = 0  # other GPUs not allocatable: uncorrected ECC errors
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -144,7 +146,8 @@ def list_nodes(store: StoreSettings | None = None, state: NodeState | None = Non
         f"""
         SELECT node_id, argMax(gpu_model, ts) AS gpu_model, argMax(gpus_total, ts),
                argMax(gpus_allocatable, ts) - argMax(gpus_allocated, ts),
-               argMax(power_state, ts) AS power_state, argMax(healthy, ts) AS healthy
+               argMax(power_state, ts) AS power_state, argMax(healthy, ts) AS healthy,
+               length(argMax(stale_gpus, ts)), argMax(gpus_total - gpus_allocatable, ts)
         FROM node_views FINAL GROUP BY node_id {having} ORDER BY node_id
         """,
         store,
@@ -155,6 +158,6 @@ def list_nodes(store: StoreSettings | None = None, state: NodeState | None = Non
             running.setdefault(node, []).append(job.job_id)
     return [
         NodeRow(str(n), str(m), int(total), round(float(free), 3), str(power), bool(ok),
-                running.get(str(n), []))
-        for n, m, total, free, power, ok in rows
+                running.get(str(n), []), int(stale), max(round(float(out)) - int(stale), 0))
+        for n, m, total, free, power, ok, stale, out in rows
     ]  # fmt: skip

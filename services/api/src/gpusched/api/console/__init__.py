@@ -31,14 +31,14 @@ from gpusched.api.console.pipeline import PipelineWatch
 from gpusched.api.console.sessions import COOKIE, Session, Sessions
 from gpusched.api.console.whatif import WhatIf, WhatIfRuns
 from gpusched.api.jobs import InvalidJob, job_history
-from gpusched.api.listing import list_nodes, list_queue
+from gpusched.api.listing import NodeRow, list_nodes, list_queue
 from gpusched.api.params import ParamLedger, RefusedChange, param_history
 from gpusched.contracts import KafkaSettings
 from gpusched.contracts.health import Dependency
 from gpusched.contracts.tokens import Role, TokenFile, TokenRecord
 from gpusched.store import StoreError, StoreSettings, query_pack, read_query
 
-__all__ = ["Console", "mount_console"]
+__all__ = ["GPU_STATES", "Console", "gpu_cells", "mount_console"]
 
 _HERE = Path(__file__).parent
 _STREAM_S = 0.5
@@ -73,14 +73,17 @@ class Console:
     dependencies: Sequence[Dependency] = ()  # the API's view of the event log and store
 
 
-def _cells(node: Any) -> list[str]:
-    """The state of each GPU of a node, for the heat map."""
-    if not node.healthy:
-        return ["unhealthy"] * node.gpus_total
+GPU_STATES = ("allocated", "idle", "parked", "waking", "stale", "ecc")
+
+
+def gpu_cells(node: NodeRow) -> list[str]:
+    """The state of each GPU of a node, for the heat map: one of GPU_STATES."""
     if node.power_state in ("parked", "waking"):
         return [node.power_state] * node.gpus_total
-    used = min(node.gpus_total, math.ceil(node.gpus_total - node.gpus_free))
-    return ["allocated"] * used + ["idle"] * (node.gpus_total - used)
+    out = ["stale"] * node.stale_gpus + ["ecc"] * node.error_gpus
+    usable = max(node.gpus_total - len(out), 0)
+    used = max(min(usable, math.ceil(usable - node.gpus_free - 1e-9)), 0)
+    return ["allocated"] * used + ["idle"] * (usable - used) + out
 
 
 def _shown(value: Any) -> str:
@@ -185,12 +188,12 @@ def mount_console(app: FastAPI, console: Console) -> None:
         nodes = await stored(lambda: list_nodes(console.store))
         jobs = await stored(lambda: list_queue(console.store, limit=100_000))
         shown = []
-        counts = dict.fromkeys(("allocated", "idle", "parked", "waking", "unhealthy"), 0)
+        counts = dict.fromkeys(GPU_STATES, 0)
         for n in nodes:
-            cells = _cells(n)
+            cells = gpu_cells(n)
             for cell in cells:
                 counts[cell] += 1
-            used = round(n.gpus_total - n.gpus_free, 2)
+            used = round(n.gpus_total - n.stale_gpus - n.error_gpus - n.gpus_free, 2)
             shown.append({**n.as_dict(), "cells": cells, "used": used})
         ages = await stored(lambda: read_query(_AGES_SQL, console.store).rows[0])
         series = await stored(lambda: overview_series(console.store))
