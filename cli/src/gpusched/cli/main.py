@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gpusched.cli.admin import store_app, topics_app
 from gpusched.cli.feed import feed
 from gpusched.cli.forecast import forecast_app
 from gpusched.cli.listing import cancel, nodes, queue
@@ -105,6 +106,8 @@ app.command("up")(up)
 app.add_typer(forecast_app, name="forecast")
 app.add_typer(token_app, name="token")
 app.add_typer(params_app, name="params")
+app.add_typer(topics_app, name="topics")
+app.add_typer(store_app, name="store")
 
 
 @app.command("replay")

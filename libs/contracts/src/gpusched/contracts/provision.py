@@ -61,7 +61,11 @@ def topic_specs(prefix: str = "", path: Path | None = None) -> list[TopicSpec]:
 
 
 async def _create(
-    kafka: KafkaSettings | str, specs: list[TopicSpec], timeout_s: float
+    kafka: KafkaSettings | str,
+    specs: list[TopicSpec],
+    timeout_s: float,
+    replication_factor: int,
+    min_insync: int | None,
 ) -> list[str]:
     admin = AIOKafkaAdminClient(**client_options(kafka), request_timeout_ms=10_000)
     await admin.start()
@@ -69,10 +73,23 @@ async def _create(
         existing = set(await admin.list_topics())
         missing = [s for s in specs if s.name not in existing]
         if missing:
-            await admin.create_topics(
-                [NewTopic(s.name, s.partitions, 1, topic_configs=s.configs()) for s in missing],
+            extra = {} if min_insync is None else {"min.insync.replicas": str(min_insync)}
+            response = await admin.create_topics(
+                [
+                    NewTopic(
+                        s.name, s.partitions, replication_factor, topic_configs=s.configs() | extra
+                    )
+                    for s in missing
+                ],
                 timeout_ms=int(timeout_s * 1000),
             )
+            refused = [
+                f"{error[0]}: {error[2] if len(error) > 2 and error[2] else f'code {error[1]}'}"
+                for error in response.topic_errors
+                if error[1] not in (0, 36)  # none, or TOPIC_ALREADY_EXISTS (a race)
+            ]
+            if refused:
+                raise ProvisionError("the broker refused topics: " + "; ".join(refused))
         # Creation is asynchronous in the controller: wait until metadata shows every topic.
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -89,8 +106,19 @@ def ensure_topics(
     prefix: str = "",
     timeout_s: float = 30.0,
     path: Path | None = None,
+    replication_factor: int = 1,
+    min_insync: int | None = None,
 ) -> list[str]:
     """Create the declared topics under ``prefix`` where missing (on the broker of
-    ``kafka``: settings, or bootstrap servers without authentication); return those
-    created."""
-    return asyncio.run(_create(kafka, topic_specs(prefix, path), timeout_s))
+    ``kafka``: settings, or bootstrap servers without authentication), each with
+    ``replication_factor`` replicas and, when given, ``min.insync.replicas``; return those
+    created. Existing topics are left as they are."""
+    if replication_factor < 1 or (
+        min_insync is not None and not 1 <= min_insync <= replication_factor
+    ):
+        raise ProvisionError(
+            f"need 1 <= min.insync.replicas <= replication factor, got {min_insync} and "
+            f"{replication_factor}"
+        )
+    specs = topic_specs(prefix, path)
+    return asyncio.run(_create(kafka, specs, timeout_s, replication_factor, min_insync))
