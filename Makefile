@@ -20,11 +20,12 @@ run: install ## Start the whole platform (broker, services, simulated cluster, A
 	$(RUN) gpusched up $(RUN_ARGS)
 
 .PHONY: lint
-lint: install ## Ruff (lint + format check), mypy (strict on libs/) and the package boundaries (lint-imports)
+lint: install ## Ruff (lint + format check), mypy (strict on libs/), the package boundaries (lint-imports), hadolint on the Dockerfile
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy libs services infra/local cli tools bench
 	$(RUN) lint-imports --no-cache
+	$(RUN) hadolint Dockerfile
 
 .PHONY: test
 test: lint ## Install, lint, type-check, then run the whole test suite (starts and stops Kafka)
