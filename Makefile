@@ -20,12 +20,19 @@ run: install ## Start the whole platform (broker, services, simulated cluster, A
 	$(RUN) gpusched up $(RUN_ARGS)
 
 .PHONY: lint
-lint: install ## Ruff (lint + format check), mypy (strict on libs/), the package boundaries (lint-imports), hadolint on the Dockerfile
+lint: install ## Ruff (lint + format check), mypy (strict on libs/), the package boundaries (lint-imports), hadolint on the Dockerfile, the k8s overlays (kustomize + kubernetes-validate)
 	$(RUN) ruff check .
 	$(RUN) ruff format --check .
 	$(RUN) mypy libs services infra/local cli tools bench
 	$(RUN) lint-imports --no-cache
 	$(RUN) hadolint Dockerfile
+	@mkdir -p .cache/k8s
+	@for overlay in k8s/overlays/*/; do \
+	  name=$$(basename $$overlay); \
+	  kubectl kustomize $$overlay > .cache/k8s/$$name.yaml || exit 1; \
+	  $(RUN) kubernetes-validate -k 1.34.0 --strict --quiet .cache/k8s/$$name.yaml || exit 1; \
+	  echo "k8s/overlays/$$name: built-in kinds valid (Kubernetes 1.34, strict)"; \
+	done
 
 .PHONY: test
 test: lint ## Install, lint, type-check, then run the whole test suite (starts and stops Kafka)

@@ -36,7 +36,10 @@ async def make_backend(settings: DispatcherSettings) -> Backend:
             api = client.ApiClient(cfg)
         else:
             cfg = client.Configuration()
-            await config.load_kube_config(client_configuration=cfg)
+            if "KUBERNETES_SERVICE_HOST" in os.environ:  # in a pod: its ServiceAccount
+                config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call,unused-ignore]
+            else:
+                await config.load_kube_config(client_configuration=cfg)
             api = client.ApiClient(cfg)
         return KubernetesBackend(api, settings.dispatcher_kube_scheduler_name)
     return SimBackend(settings.dispatcher_sim_url)

@@ -36,7 +36,9 @@ class DispatcherSettings(KafkaSettings):
         default=60.0, gt=0, description="how long the placeholder job script sleeps (slurm)"
     )
     dispatcher_kube_url: str = Field(
-        default="", description="kube-apiserver URL (backend kubernetes); empty: kubeconfig"
+        default="",
+        description="kube-apiserver URL (backend kubernetes); empty: the pod's ServiceAccount "
+        "inside a cluster, else kubeconfig",
     )
     dispatcher_kube_token: str = Field(default="", description="bearer token for the URL")
     dispatcher_kube_verify_tls: bool = Field(
