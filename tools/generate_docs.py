@@ -3,6 +3,7 @@
 python tools/generate_docs.py asyncapi   # docs/asyncapi.json
 python tools/generate_docs.py settings   # the table between markers in README.md
 python tools/generate_docs.py params     # the parameter table in docs/scheduling.md
+python tools/generate_docs.py k8s-topics # k8s/overlays/distributed/topics.yaml (KafkaTopics)
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import yaml
 from pydantic_settings import BaseSettings
 
 from gpusched.api import ApiSettings
 from gpusched.collector import CollectorSettings
 from gpusched.contracts.asyncapi import asyncapi_json
+from gpusched.contracts.provision import topic_specs
 from gpusched.core import Params
 from gpusched.dispatcher import DispatcherSettings
 from gpusched.forecaster import ForecasterSettings
@@ -75,6 +78,31 @@ def params_table() -> str:
     return "\n".join(lines)
 
 
+KAFKA_TOPICS = REPO / "k8s" / "overlays" / "distributed" / "topics.yaml"
+TOPIC_REPLICAS, TOPIC_MIN_ISR = 3, 2
+
+
+def kafka_topics() -> str:
+    """One Strimzi KafkaTopic per declared topic and dead-letter topic (topics.yaml of
+    gpusched.contracts), with 3 replicas and min.insync.replicas 2."""
+    docs = [
+        {
+            "apiVersion": "kafka.strimzi.io/v1",
+            "kind": "KafkaTopic",
+            "metadata": {"name": spec.name, "labels": {"strimzi.io/cluster": "gpusched"}},
+            "spec": {
+                "topicName": spec.name,
+                "partitions": spec.partitions,
+                "replicas": TOPIC_REPLICAS,
+                "config": {**spec.configs(), "min.insync.replicas": str(TOPIC_MIN_ISR)},
+            },
+        }
+        for spec in topic_specs()
+    ]
+    header = "# Generated from gpusched.contracts' topics.yaml: make settings-doc\n"
+    return header + yaml.safe_dump_all(docs, sort_keys=False)
+
+
 def _between(text: str, begin: str, end: str, table: str) -> str:
     before, found, rest = text.partition(begin)
     if not found:
@@ -100,8 +128,13 @@ def main(what: str) -> int:
     elif what == "params":
         doc = REPO / "docs" / "scheduling.md"
         doc.write_text(scheduling_with_params(doc.read_text()))
+    elif what == "k8s-topics":
+        KAFKA_TOPICS.write_text(kafka_topics())
     else:
-        print(f"unknown document {what!r}; choose asyncapi, settings or params", file=sys.stderr)
+        print(
+            f"unknown document {what!r}; choose asyncapi, settings, params or k8s-topics",
+            file=sys.stderr,
+        )
         return 2
     return 0
 
