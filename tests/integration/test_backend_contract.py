@@ -4,8 +4,10 @@ Each implementation gets the same tests through the ``cluster`` fixture, against
 cluster started for the test: ``sim`` a `gpusched simcluster` process (over HTTP, as the
 dispatcher uses it), ``slurm`` real munged, slurmctld, two slurmd with fake GPUs and
 slurmrestd (gpusched.local.slurm), ``kubernetes`` etcd and a kube-apiserver built
-from the k8s.io/kubernetes module (gpusched.local.kube) with two Node objects
-that advertise GPUs. The cluster: two nodes of 4 V100; a job runs about a second.
+from the k8s.io/kubernetes module (gpusched.local.kube) with RBAC on and two Node
+objects that advertise GPUs; the backend authenticates as the dispatcher's ServiceAccount
+with the role of k8s/base/rbac.yaml, nothing more. The cluster: two nodes of 4 V100; a
+job runs about a second.
 
 No container runtime can run here, so Kubernetes has no kubelet: a task of this test
 plays the kubelet's one part the backend reads, moving bound pods to Running and, after
@@ -44,6 +46,7 @@ from gpusched.dispatcher.kubernetes_backend import GPU, MODEL_LABEL
 from gpusched.dispatcher.slurm_backend import slurm_nice
 from gpusched.local.kube import LocalKube, apiserver_buildable
 from gpusched.local.slurm import LocalSlurm, SlurmNode
+from tests.k8s import DISPATCHER, apply_rbac
 from tests.pipeline import GPUSCHED, free_port, write_cluster
 
 pytestmark = [pytest.mark.slow]
@@ -122,20 +125,27 @@ def _slurm(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
 def _kubernetes(tmp_path: Path) -> Iterator[Callable[[], Cluster]]:
     if not apiserver_buildable():
         pytest.skip("kube-apiserver is built from the k8s.io/kubernetes module: needs Go")
-    kube = LocalKube(tmp_path / "kube")
+    kube = LocalKube(tmp_path / "kube", rbac=True, service_accounts=(DISPATCHER,))
     kube.up()
     try:
+        apply_rbac(kube)
         yield lambda: _kube_cluster(kube)
     finally:
         kube.down()
 
 
-def _kube_cluster(kube: LocalKube) -> Cluster:
+def _kube_config(kube: LocalKube, token: str) -> client.Configuration:
     cfg = client.Configuration(host=kube.url)
     cfg.verify_ssl = False
-    cfg.api_key = {"BearerToken": kube.token}
+    cfg.api_key = {"BearerToken": token}
     cfg.api_key_prefix = {"BearerToken": "Bearer"}
-    api = client.ApiClient(cfg)
+    return cfg
+
+
+def _kube_cluster(kube: LocalKube) -> Cluster:
+    """The test (nodes, the kubelet's part, users' pods) acts as an admin; the backend as
+    the dispatcher's ServiceAccount, with only the role of k8s/base/rbac.yaml (RBAC on)."""
+    api = client.ApiClient(_kube_config(kube, kube.token))
     core = client.CoreV1Api(api)
     ready = asyncio.Event()
 
@@ -210,7 +220,8 @@ def _kube_cluster(kube: LocalKube) -> Cluster:
         pod = await core.read_namespaced_pod(job_id.partition(":")[2], "default")
         return (pod.metadata.annotations or {}).get("gpusched.io/score")
 
-    backend = KubernetesBackend(client.ApiClient(cfg), poll_s=0.2)
+    dispatcher = _kube_config(kube, kube.account_token(DISPATCHER))
+    backend = KubernetesBackend(client.ApiClient(dispatcher), poll_s=0.2)
     return Cluster(backend, ("node0000", "node0001"), False, submit, stop, shown)
 
 

@@ -1,6 +1,8 @@
 """The k8s/ overlays on a real API server (etcd + kube-apiserver, no kubelet: nothing is
 run, the objects are checked and stored): the operators' CRDs are applied and established
-first, then each overlay, rendered by kustomize, with a strict server-side apply (`--validate=strict`: the server rejects unknown fields).
+first, then each overlay, rendered by kustomize, with a strict server-side apply
+(`--validate=strict`: the server refuses unknown fields). And the dispatcher's
+ServiceAccount, with RBAC on, may do what its role says and nothing else.
 
 Strimzi's CRDs are generated from its Maven artifacts (io.strimzi:api and crd-generator,
 as its own build does; Java 21+). The Altinity ClickHouse operator's CRDs are served by no
@@ -19,6 +21,8 @@ import pytest
 import yaml
 
 from gpusched.local.kube import LocalKube, apiserver_buildable
+from tests.k8s import DISPATCHER, apply_rbac
+from tests.k8s import kubectl as admin
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow]
 
@@ -99,18 +103,17 @@ def _stand_in(group: str, kind: str, plural: str, short: str) -> dict[str, objec
 
 
 @pytest.fixture(scope="module")
-def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
-    """kubectl pointed at a fresh local API server (admin token)."""
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKube]:
+    """A fresh local API server with RBAC on and a token for the dispatcher's account."""
     if not apiserver_buildable():
         pytest.skip("kube-apiserver is built from the k8s.io/kubernetes module: needs Go")
     assert shutil.which("kubectl"), "kubectl is needed (it renders the overlays too)"
-    kube = LocalKube(tmp_path_factory.mktemp("kube"))
-    kube.up()
+    local = LocalKube(tmp_path_factory.mktemp("kube"), rbac=True, service_accounts=(DISPATCHER,))
+    local.up()
     try:
-        yield ["kubectl", f"--server={kube.url}", f"--token={kube.token}",
-               "--insecure-skip-tls-verify=true"]  # fmt: skip
+        yield local
     finally:
-        kube.down()
+        local.down()
 
 
 def _run(command: list[str], stdin: str | None = None) -> str:
@@ -119,7 +122,8 @@ def _run(command: list[str], stdin: str | None = None) -> str:
     return done.stdout
 
 
-def test_overlays_apply_strictly(kubectl: list[str], tmp_path: Path) -> None:
+def test_overlays_apply_strictly(kube: LocalKube, tmp_path: Path) -> None:
+    kubectl = admin(kube)
     crds = [*sorted(_strimzi_crds().glob("*.yaml"))]
     stand_ins = tmp_path / "altinity-stand-in-crds.yaml"
     stand_ins.write_text(yaml.safe_dump_all([_stand_in(*a) for a in sorted(ALTINITY)]))
@@ -154,3 +158,26 @@ def test_overlays_apply_strictly(kubectl: list[str], tmp_path: Path) -> None:
     )  # fmt: skip
     assert refused.returncode != 0
     assert "entityOperatr" in refused.stderr
+
+
+def test_dispatcher_account_may_do_only_its_role(kube: LocalKube) -> None:
+    apply_rbac(kube)
+    dispatcher = admin(kube, kube.account_token(DISPATCHER))
+    listed = _run([*dispatcher, "auth", "can-i", "--list"]).splitlines()[1:]
+    granted: dict[str, set[str]] = {}
+    for line in listed:
+        resource, verbs = line.split()[0], line.rsplit("[", 1)[-1].rstrip("]").split()
+        if not resource.startswith("["):  # non-resource URLs (discovery) are everyone's
+            granted[resource] = set(verbs)
+    everyone = {r for r in granted if r.startswith("selfsubject")}  # system:basic-user
+    assert {r: v for r, v in granted.items() if r not in everyone} == {
+        "pods": {"get", "list", "create", "patch", "delete"},
+        "pods/binding": {"create"},
+        "pods/eviction": {"create"},
+        "nodes": {"get", "list", "patch"},
+    }
+    for verb, what in (("create", "nodes"), ("get", "secrets"), ("create", "deployments"),
+                       ("update", "pods"), ("watch", "pods")):  # fmt: skip
+        refused = subprocess.run([*dispatcher, "auth", "can-i", verb, what, "-A"],
+                                 capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert refused.stdout.strip() == "no", (verb, what)

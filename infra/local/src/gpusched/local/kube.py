@@ -86,14 +86,21 @@ def build_apiserver(version: str = KUBE_VERSION) -> Path:
 
 
 class LocalKube(Daemons):
-    """etcd and kube-apiserver under ``workdir`` (token auth, every request allowed)."""
+    """etcd and kube-apiserver under ``workdir``, with static tokens: ``token`` is an
+    admin's (group system:masters). Every request is allowed unless ``rbac``: then RBAC
+    decides, and ``service_accounts`` ("namespace/name") each get a token of their own
+    (``account_token``) that authenticates as that ServiceAccount."""
 
     token = TOKEN
     up_timeout_s = 90.0  # kube-apiserver takes longer than Slurm's daemons
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(
+        self, workdir: Path, rbac: bool = False, service_accounts: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(workdir / "log")
         self.workdir = workdir
+        self.rbac = rbac
+        self.accounts = {a: f"sa-{i}-{os.urandom(8).hex()}" for i, a in enumerate(service_accounts)}
         self.etcd_port = free_port()
         self.port = free_port()
 
@@ -113,7 +120,12 @@ class LocalKube(Daemons):
                            capture_output=True)  # fmt: skip
             subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)],
                            check=True, capture_output=True)  # fmt: skip
-        (w / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
+        lines = [f'{TOKEN},admin,admin,"system:masters"']
+        for account, token in self.accounts.items():
+            namespace, name = account.split("/")
+            groups = f"system:serviceaccounts,system:serviceaccounts:{namespace}"
+            lines.append(f'{token},system:serviceaccount:{namespace}:{name},{token},"{groups}"')
+        (w / "tokens.csv").write_text("\n".join(lines) + "\n")
         self.spawn(
             "etcd",
             ["etcd", "--data-dir", str(w / "etcd"),
@@ -126,13 +138,17 @@ class LocalKube(Daemons):
             [str(apiserver), f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
              f"--secure-port={self.port}", "--bind-address=127.0.0.1",
              f"--cert-dir={w / 'certs'}", f"--token-auth-file={w / 'tokens.csv'}",
-             "--authorization-mode=AlwaysAllow",
+             f"--authorization-mode={'RBAC' if self.rbac else 'AlwaysAllow'}",
              "--service-account-issuer=https://kubernetes.default.svc",
              f"--service-account-key-file={pub}", f"--service-account-signing-key-file={key}",
              "--service-cluster-ip-range=10.96.0.0/24",
              "--disable-admission-plugins=ServiceAccount"],  # no controller makes accounts
         )  # fmt: skip
         self.wait(self._ready, "kube-apiserver", timeout_s)
+
+    def account_token(self, account: str) -> str:
+        """The bearer token of the ServiceAccount ``account`` ("namespace/name")."""
+        return self.accounts[account]
 
     def _ready(self) -> bool:
         done = subprocess.run(
