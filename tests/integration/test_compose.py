@@ -1,8 +1,9 @@
 """docker-compose.yml and its 3-broker override, checked without an engine: the compose
 specification's JSON schema (check-jsonschema) and the loader docker compose itself uses
-(compose-go, with its consistency checks), then drift guards against the code: every
-command is a real `gpusched` command, every GPUSCHED_* variable a real setting, every
-service `gpusched up` starts is there, no image floats on :latest."""
+(compose-go, with its consistency checks), then drift guards against the code, for the
+compose files and the rendered k8s overlays: every command is a real `gpusched` command,
+every GPUSCHED_* variable a real setting, every service `gpusched up` starts is there, no
+image floats on :latest or has no tag."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 import typer
+import yaml
 
 from gpusched.cli.main import app
 from tools.generate_docs import SETTINGS
@@ -150,3 +152,31 @@ def test_three_broker_override(composecheck: Path) -> None:
     (init,) = _gpusched_commands(services["init"])[:1]
     assert init == ["topics", "ensure", "--replication-factor", "3", "--min-insync", "2"]
     assert _check_command(init) is None
+
+
+def test_k8s_manifests_match_the_code() -> None:
+    """The same drift guards on every rendered k8s overlay: commands, settings, tags."""
+    known = {f"{cls.model_config.get('env_prefix', '')}{n}".upper()
+             for _, cls in SETTINGS for n in cls.model_fields}  # fmt: skip
+    for overlay in sorted((REPO / "k8s" / "overlays").iterdir()):
+        rendered = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True,
+                                  text=True, check=True, timeout=60).stdout  # fmt: skip
+        docs = [d for d in yaml.safe_load_all(rendered) if d]
+        config = next(d for d in docs if d["kind"] == "ConfigMap" and
+                      d["metadata"]["name"] == "gpusched-config")  # fmt: skip
+        names = set(config["data"])
+        for doc in docs:
+            spec = doc.get("spec", {}).get("template", {}).get("spec", {})
+            for container in spec.get("containers", []):
+                image = container["image"]
+                where = f"{overlay.name}: {doc['kind']}/{doc['metadata']['name']}"
+                assert ":" in image, f"{where}: {image} has no tag"
+                assert not image.endswith(":latest"), where
+                if not image.startswith("gpusched:"):
+                    continue
+                names |= {e["name"] for e in container.get("env", [])}
+                service = {"entrypoint": container.get("command"), "command": container["args"]}
+                for args in _gpusched_commands(service):
+                    assert (why := _check_command(args)) is None, f"{where}: {why}"
+        unknown = sorted(n for n in names if n.startswith("GPUSCHED_") and n not in known)
+        assert not unknown, f"{overlay.name}: not settings: {unknown}"
