@@ -59,11 +59,12 @@ def test_query_pack(pipeline: Pipeline, tmp_path: Path) -> None:
     p.wait_for("208 samples", lambda: p.scalar("SELECT count() FROM telemetry") == 208)
     p.wait_for("4 job events", lambda: p.scalar("SELECT count() FROM job_events") == 4)
 
-    util = {r["gpu_model"]: r for r in _rows(p, "gpu_utilization_by_model_hour")}
-    assert util["V100"]["gpus"] == 32
-    assert util["A100"]["gpus"] == 16
-    assert util["V100"]["gpu_hours"] == pytest.approx(160 / 3600, abs=1e-3)
-    assert 0 < util["V100"]["avg_utilization_pct"] < 100
+    hourly = _rows(p, "gpu_utilization_by_model_hour")  # one or two hours (a boundary)
+    util = {m: [r for r in hourly if r["gpu_model"] == m] for m in ("V100", "A100")}
+    assert max(r["gpus"] for r in util["V100"]) == 32  # every round samples every GPU
+    assert max(r["gpus"] for r in util["A100"]) == 16
+    assert sum(r["gpu_hours"] for r in util["V100"]) == pytest.approx(160 / 3600, abs=2e-3)
+    assert all(0 < r["avg_utilization_pct"] < 100 for r in util["V100"])
 
     jobs = {r["job_id"]: r for r in _rows(p, "energy_per_job")}
     assert set(jobs) == {"job-0", "job-1"}
