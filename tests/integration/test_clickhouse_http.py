@@ -9,6 +9,8 @@ import json
 import re
 import subprocess
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import clickhouse_connect
@@ -16,20 +18,33 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from gpusched.contracts import JobEvent, JobRequest, encode
+from gpusched.contracts import JobEvent, JobEventType, JobRequest, encode
+from gpusched.contracts.provision import ensure_topics
 from gpusched.contracts.topics import JOBS
 from tests.pipeline import Pipeline, produce, write_cluster
 
 pytestmark = [pytest.mark.analytics, pytest.mark.kafka, pytest.mark.slow]
 
 
-@pytest.fixture
-def filled(pipeline: Pipeline) -> tuple[Pipeline, str]:
-    """A sink with telemetry and job events in its store, and a viewer's token."""
-    p = pipeline
+@pytest.fixture(scope="module")
+def filled(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Pipeline, str]]:
+    """A sink with telemetry and job events in its store, and a viewer's token; one for
+    the module's tests, which only read."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    ensure_topics(kafka_bootstrap, prefix)
+    p = Pipeline(kafka_bootstrap, prefix, tmp_path_factory.mktemp("analytics"))
+    try:
+        yield _fill(p)
+    finally:
+        p.stop()
+
+
+def _fill(p: Pipeline) -> tuple[Pipeline, str]:
     p.start_sink()
     events = [
-        JobEvent(job_id=f"job-{i}", type="submitted", tenant="vision", priority_class="normal",
+        JobEvent(job_id=f"job-{i}", type=JobEventType.SUBMITTED, tenant="vision", priority_class="normal",
                  request=JobRequest(num_gpu=2))
         for i in range(3)
     ]  # fmt: skip
