@@ -43,11 +43,11 @@ def filled(
 
 def _fill(p: Pipeline) -> tuple[Pipeline, str]:
     p.start_sink()
+    submitted, request = JobEventType.SUBMITTED, JobRequest(num_gpu=2)
     events = [
-        JobEvent(job_id=f"job-{i}", type=JobEventType.SUBMITTED, tenant="vision", priority_class="normal",
-                 request=JobRequest(num_gpu=2))
+        JobEvent(job_id=f"job-{i}", type=submitted, tenant="vision", request=request)
         for i in range(3)
-    ]  # fmt: skip
+    ]
     produce(p.bootstrap, [(JOBS.name(p.prefix), e.job_id.encode(), encode(e)) for e in events])
     cluster = write_cluster(p.workdir / "a.cluster.csv", nodes=2, gpus_per_node=4)
     p.run("collect", "--source", "simulated", "--cluster", str(cluster), "--rounds", "3",
