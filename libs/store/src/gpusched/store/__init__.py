@@ -6,13 +6,14 @@ from gpusched.store.migrations import Migration, applied_migrations, load_migrat
 from gpusched.store.pack import query_pack
 from gpusched.store.reader import QueryAnswer, QueryRefused, StoreUnreachable, read_query
 from gpusched.store.settings import StoreSettings, checkout_root
-from gpusched.store.store import Store
+from gpusched.store.store import OffsetRange, Store, batch_token
 from gpusched.store.tables import TABLES, TableSpec, table_for
 
 __all__ = [
     "TABLES",
     "Migration",
     "MigrationError",
+    "OffsetRange",
     "QueryAnswer",
     "QueryRefused",
     "Store",
@@ -22,6 +23,7 @@ __all__ = [
     "TableSpec",
     "UnsupportedDsn",
     "applied_migrations",
+    "batch_token",
     "checkout_root",
     "connect",
     "load_migrations",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from clickhouse_connect.driver.client import Client
@@ -14,7 +16,23 @@ from gpusched.store.migrations import migrate
 from gpusched.store.settings import StoreSettings
 from gpusched.store.tables import table_for
 
-__all__ = ["Store"]
+__all__ = ["OffsetRange", "Store", "batch_token"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class OffsetRange:
+    """Offsets ``first``..``last`` (inclusive) of one topic partition."""
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+
+
+def batch_token(group: str, ranges: Iterable[OffsetRange]) -> str:
+    """A batch's deduplication token: the same offset ranges give the same token."""
+    spec = ",".join(f"{r.topic}:{r.partition}:{r.first}-{r.last}" for r in sorted(ranges))
+    return hashlib.sha256(f"{group}|{spec}".encode()).hexdigest()[:32]
 
 
 class Store:
@@ -31,8 +49,14 @@ class Store:
         migrate(client, settings.migrations_dir)
         return cls(client)
 
-    def insert_events(self, events: Iterable[BaseModel]) -> dict[str, int]:
-        """Insert events, one batch per table; return rows written per table."""
+    def insert_events(
+        self, events: Iterable[BaseModel], token: str | None = None
+    ) -> dict[str, int]:
+        """Insert events, one block per table, synchronously (``async_insert=0``); return
+        rows written per table. With ``token``, each table's block carries the
+        deduplication token ``<token>:<table>``: inserting the same batch again with the
+        same token is skipped by ClickHouse, in the tables and in the materialized views
+        they feed (migration 0005)."""
         by_model: dict[type[BaseModel], list[BaseModel]] = defaultdict(list)
         for event in events:
             by_model[type(event)].append(event)
@@ -41,9 +65,35 @@ class Store:
             spec = table_for(model)
             rows = [row for event in batch for row in spec.rows(event)]
             if rows:
-                self.client.insert(spec.name, rows, column_names=list(spec.columns))
+                settings: dict[str, Any] = {"async_insert": 0}
+                if token is not None:
+                    settings["insert_deduplication_token"] = f"{token}:{spec.name}"
+                    settings["deduplicate_blocks_in_dependent_materialized_views"] = 1
+                self.client.insert(
+                    spec.name, rows, column_names=list(spec.columns), settings=settings
+                )
             written[spec.name] = len(rows)
         return written
+
+    def plan_batch(self, group: str, batch_id: str, ranges: Sequence[OffsetRange]) -> None:
+        """Record, before inserting it, which offsets of which partitions a batch holds."""
+        self.client.insert(
+            "sink_batches",
+            [[group, batch_id, r.topic, r.partition, r.first, r.last] for r in ranges],
+            column_names=["consumer_group", "batch_id", "topic", "partition", "first_offset",
+                          "last_offset"],
+            settings={"async_insert": 0},
+        )  # fmt: skip
+
+    def planned(self, group: str) -> list[OffsetRange]:
+        """The latest planned range of every partition the consumer group has planned."""
+        rows = self.client.query(
+            "SELECT topic, partition, argMax(first_offset, planned_at), "
+            "argMax(last_offset, planned_at) FROM sink_batches "
+            "WHERE consumer_group = {group:String} GROUP BY topic, partition",
+            parameters={"group": group},
+        ).result_rows
+        return [OffsetRange(str(t), int(p), int(f), int(last)) for t, p, f, last in rows]
 
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[Sequence[Any]]:
         """Rows of a SELECT."""

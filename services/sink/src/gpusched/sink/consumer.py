@@ -3,20 +3,29 @@
 A batch closes at ``sink_batch_max`` events or ``sink_flush_s`` seconds, whichever comes
 first. Messages that fail validation go to their topic's dead-letter topic (awaited) and
 are not inserted. The offsets are committed after the insert succeeds and the dead letters
-are acknowledged; a failed insert is retried, never skipped. A batch that is replayed
-after a crash writes rows with the same event ids, which the ReplacingMergeTree tables
-collapse (count with FINAL or by distinct event_id).
+are acknowledged; a failed insert is retried, never skipped.
+
+A batch is inserted once even across a crash between its insert and its commit. Before
+inserting, the sink records the batch's offset range per partition (``sink_batches``) and
+inserts each table's block with a deduplication token made from those ranges. After a
+restart (or a rebalance), a recorded range that starts at a partition's committed offset
+was not committed: the sink reads exactly those ranges again as its first batch, so the
+token is the same and ClickHouse skips the blocks it already has, in the tables and in
+the hourly materialized view. (The raw tables would collapse a replay by event id anyway;
+the hourly aggregate could not.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel
 
@@ -24,13 +33,35 @@ from gpusched.contracts import ContractError, DeadLetter, dead_letter_for, decod
 from gpusched.contracts.health import Dependency
 from gpusched.contracts.topics import TOPICS, topic_for
 from gpusched.sink.settings import SinkSettings
-from gpusched.store import Store
+from gpusched.store import OffsetRange, Store, batch_token
 
 __all__ = ["Sink", "SinkStats"]
 
 log = logging.getLogger(__name__)
 
 _RETRY_S = 2.0
+_REPLAY_WITHIN_S = 30.0  # longest wait for the records of an uncommitted batch
+
+
+class _OnAssign(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Notes the partitions a (re)join assigned: their uncommitted batch comes first."""
+
+    def __init__(self) -> None:
+        self.assigned: set[TopicPartition] | None = None
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.assigned = set(assigned)
+
+
+def _ranges(batch: Sequence[ConsumerRecord]) -> list[OffsetRange]:
+    spans: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in batch:
+        first, last = spans.get((r.topic, r.partition), (r.offset, r.offset))
+        spans[(r.topic, r.partition)] = (min(first, r.offset), max(last, r.offset))
+    return [OffsetRange(t, p, first, last) for (t, p), (first, last) in sorted(spans.items())]
 
 
 @dataclass
@@ -58,14 +89,14 @@ class Sink:
         self.store_state = store_state or Dependency("the store (ClickHouse)", "", log)
         self.stats = SinkStats()
         self.prefix = settings.topic_prefix
+        self.group = f"{self.prefix}{settings.sink_group_id}"
 
     async def run(self, stop: asyncio.Event) -> SinkStats:
         """Consume until ``stop`` is set; the batch in hand is inserted and committed first."""
         s = self.settings
         consumer = AIOKafkaConsumer(
-            *(t.name(self.prefix) for t in TOPICS),
             **s.client_options(),
-            group_id=f"{self.prefix}{s.sink_group_id}",
+            group_id=self.group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=8 << 20,
@@ -73,13 +104,22 @@ class Sink:
             heartbeat_interval_ms=2_000,
         )
         producer = AIOKafkaProducer(**s.client_options(), acks="all")
+        joined = _OnAssign()
+        consumer.subscribe([t.name(self.prefix) for t in TOPICS], listener=joined)
         await consumer.start()
         await producer.start()
         try:
             while not stop.is_set():
-                batch = await self._collect(consumer, stop)
+                if joined.assigned is not None:
+                    assigned, joined.assigned = joined.assigned, None
+                    batch = await self._replay(consumer, assigned, stop)
+                else:
+                    batch = await self._collect(consumer, stop)
                 if batch:
                     await self._write(batch, producer)
+                    if s.sink_failpoint == "after_insert":
+                        log.error("failpoint after_insert: exiting before the commit")
+                        os._exit(70)
                     try:
                         await consumer.commit()
                     except KafkaError as exc:
@@ -109,6 +149,40 @@ class Sink:
                 batch.extend(records)
         return batch
 
+    async def _replay(
+        self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition], stop: asyncio.Event
+    ) -> list[ConsumerRecord]:
+        """The batch planned but not committed on ``assigned`` partitions, read again
+        range by range (nothing when every planned range was committed)."""
+        plans = await asyncio.to_thread(self.store.planned, self.group)
+        wanted: dict[TopicPartition, OffsetRange] = {}
+        for plan in plans:
+            tp = TopicPartition(plan.topic, plan.partition)
+            if tp in assigned and await consumer.position(tp) == plan.first:
+                wanted[tp] = plan
+        if not wanted:
+            return []
+        log.info("reading the uncommitted batch again: %d partitions", len(wanted))
+        consumer.pause(*assigned)
+        batch: list[ConsumerRecord] = []
+        left = set(wanted)
+        consumer.resume(*left)
+        deadline = time.monotonic() + _REPLAY_WITHIN_S
+        while left and not stop.is_set() and time.monotonic() < deadline:
+            got = await consumer.getmany(*left, timeout_ms=500)
+            for tp, records in got.items():
+                last = wanted[tp].last
+                batch.extend(r for r in records if r.offset <= last)
+                if records and records[-1].offset >= last:
+                    consumer.seek(tp, last + 1)
+                    consumer.pause(tp)
+                    left.discard(tp)
+        if left:
+            log.warning("records of the uncommitted batch are gone from %s (retention?): "
+                        "the rest is inserted as a new batch", sorted(map(str, left)))  # fmt: skip
+        consumer.resume(*assigned)
+        return batch
+
     async def _write(self, batch: Sequence[ConsumerRecord], producer: AIOKafkaProducer) -> None:
         events: list[BaseModel] = []
         dead: list[tuple[str, DeadLetter]] = []
@@ -127,9 +201,10 @@ class Sink:
             await asyncio.gather(*sent)
             self.stats.dead_lettered += len(dead)
             log.warning("dead-lettered %d messages (last: %s)", len(dead), dead[-1][1].error)
+        ranges = _ranges(batch)
         while True:
             try:
-                written = await asyncio.to_thread(self._insert, events)
+                written = await asyncio.to_thread(self._insert, events, ranges)
                 self.store_state.answered()
                 break
             except Exception as exc:  # the store's errors are many; the batch must not be lost
@@ -139,5 +214,7 @@ class Sink:
         for table, rows in written.items():
             self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
 
-    def _insert(self, events: list[BaseModel]) -> dict[str, int]:
-        return self.store.insert_events(events)
+    def _insert(self, events: list[BaseModel], ranges: list[OffsetRange]) -> dict[str, int]:
+        token = batch_token(self.group, ranges)
+        self.store.plan_batch(self.group, token, ranges)
+        return self.store.insert_events(events, token)

@@ -56,3 +56,8 @@ class SinkSettings(KafkaSettings, TokenFileSettings):
         default="throw",
         description="over max_result_rows: throw (an error) or break (a truncated result)",
     )
+    sink_failpoint: Literal["", "after_insert"] = Field(
+        default="",
+        description="fault tests only: after_insert = exit at once after inserting a batch, "
+        "before committing its offsets (a crash at the worst moment)",
+    )
