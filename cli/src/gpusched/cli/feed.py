@@ -20,6 +20,7 @@ import typer
 from aiokafka import AIOKafkaProducer
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, KafkaSettings, encode
+from gpusched.contracts.settings import producer_options
 from gpusched.contracts.topics import JOBS
 from gpusched.sim import SimError, load_jobs
 
@@ -54,7 +55,7 @@ async def _feed(
         quiet_h = (jobs[skip].submit_time - jobs[0].submit_time) / 3600
         typer.echo(f"skipping the trace's quiet lead-in: {skip} jobs, {quiet_h:,.0f} h")
     jobs = jobs[skip:][:limit]
-    producer = AIOKafkaProducer(**settings.client_options(), acks="all")
+    producer = AIOKafkaProducer(**producer_options(settings))
     await producer.start()
     topic = JOBS.name(settings.topic_prefix)
     sent = 0

@@ -10,7 +10,13 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["KafkaSettings", "TokenFileSettings", "checkout_root", "client_options"]
+__all__ = [
+    "KafkaSettings",
+    "TokenFileSettings",
+    "checkout_root",
+    "client_options",
+    "producer_options",
+]
 
 
 def checkout_root() -> Path:
@@ -84,6 +90,14 @@ class KafkaSettings(BaseSettings):
 
             options["ssl_context"] = create_ssl_context()
         return options
+
+
+def producer_options(kafka: KafkaSettings | str) -> dict[str, Any]:
+    """The options every gpusched producer shares: its connection, writes acknowledged by
+    every in-sync replica (``acks=all``: with min.insync.replicas 2 on 3 brokers a write
+    survives one broker's loss) and idempotence (a send retried after a lost
+    acknowledgement is written once)."""
+    return {**client_options(kafka), "acks": "all", "enable_idempotence": True}
 
 
 def client_options(kafka: KafkaSettings | str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, encode
-from gpusched.contracts.settings import KafkaSettings, client_options
+from gpusched.contracts.settings import KafkaSettings, producer_options
 from gpusched.contracts.topics import JOBS
 from gpusched.core import Params
 from gpusched.store import StoreError, StoreSettings, read_query
@@ -145,8 +145,8 @@ async def publish(
 ) -> None:
     """Publish job events and wait until the broker has them all;
     ``EventLogUnreachable`` when it does not within ``timeout_s``."""
-    options = client_options(kafka)
-    producer = AIOKafkaProducer(**options, acks="all", request_timeout_ms=int(timeout_s * 1000))
+    options = producer_options(kafka)
+    producer = AIOKafkaProducer(**options, request_timeout_ms=int(timeout_s * 1000))
 
     async def send_all() -> None:
         await producer.start()

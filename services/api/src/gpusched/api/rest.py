@@ -57,6 +57,7 @@ from gpusched.api.settings import ApiSettings
 from gpusched.contracts import ControlParameter, ControlStatus, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import Dependency, watch_kafka
+from gpusched.contracts.settings import producer_options
 from gpusched.contracts.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts.topics import CONTROL, CONTROL_STATUS, JOBS
 from gpusched.store import StoreError, StoreSettings, read_query
@@ -109,8 +110,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
         # a job the API could not hand over in time expires from the producer's buffer
         # soon after (request timeout = the bound) rather than arriving after its 503
         producer = AIOKafkaProducer(
-            **settings.client_options(),
-            acks="all",
+            **producer_options(settings),
             request_timeout_ms=int(settings.api_kafka_timeout_s * 1000),
         )
         await producer.start()

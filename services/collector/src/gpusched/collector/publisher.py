@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from gpusched.contracts import GpuTelemetrySample, encode
-from gpusched.contracts.settings import KafkaSettings, client_options
+from gpusched.contracts.settings import KafkaSettings, producer_options
 
 __all__ = ["TelemetryPublisher"]
 
@@ -92,10 +92,9 @@ class TelemetryPublisher:
     async def _connected(self) -> AIOKafkaProducer:
         if self._producer is None:
             producer = AIOKafkaProducer(
-                **client_options(self.kafka),
+                **producer_options(self.kafka),
                 linger_ms=20,
                 max_batch_size=1 << 20,
-                acks="all",
                 request_timeout_ms=10_000,
             )
             try:

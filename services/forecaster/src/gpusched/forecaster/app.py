@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaProducer
 from gpusched.contracts import DemandForecast, ForecastPoint, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import service_health
+from gpusched.contracts.settings import producer_options
 from gpusched.contracts.topics import FORECASTS, JOBS
 from gpusched.forecaster.fitting import FitTask, fit_many
 from gpusched.forecaster.models import Calibrator, Forecast, local_scale
@@ -197,7 +198,7 @@ async def _run_forecaster(
     follower = asyncio.create_task(
         follow_topic(settings, JOBS.name(prefix), JobEvent, folder.apply, caught_up)
     )
-    producer = AIOKafkaProducer(**settings.client_options(), acks="all")
+    producer = AIOKafkaProducer(**producer_options(settings))
     refitter = Refitter(settings)
     published = 0
     done = 0

@@ -31,6 +31,7 @@ from pydantic import BaseModel
 
 from gpusched.contracts import ContractError, DeadLetter, dead_letter_for, decode
 from gpusched.contracts.health import Dependency
+from gpusched.contracts.settings import producer_options
 from gpusched.contracts.topics import TOPICS, topic_for
 from gpusched.sink.settings import SinkSettings
 from gpusched.store import OffsetRange, Store, batch_token
@@ -103,7 +104,7 @@ class Sink:
             session_timeout_ms=6_000,
             heartbeat_interval_ms=2_000,
         )
-        producer = AIOKafkaProducer(**s.client_options(), acks="all")
+        producer = AIOKafkaProducer(**producer_options(s))
         joined = _OnAssign()
         consumer.subscribe([t.name(self.prefix) for t in TOPICS], listener=joined)
         await consumer.start()
