@@ -14,6 +14,7 @@ from gpusched.collector.publisher import TelemetryPublisher
 from gpusched.contracts import JobEvent, JobRequest
 from gpusched.core import InvalidParameter, NodeSpec, Params, UnknownName
 from gpusched.processor import LiveView, compute_priorities, fold_job
+from gpusched.processor.records import EndedJobs
 
 T = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -47,6 +48,22 @@ def test_fold_job(
     assert (record.state, record.executed_s, record.preemptions) == (state, executed_s, preemptions)
     assert fold_job(None, _event("other", "running", 1)) is None  # never submitted
     assert fold_job(record, _submitted("j", 99)) == record  # a replayed submission
+
+
+def test_ended_jobs_keep_the_newest_per_tenant() -> None:
+    ended = EndedJobs(limit=2)
+
+    def end(job: str, tenant: str, at: float) -> list[str]:
+        record = fold_job(None, _submitted(job, 0).model_copy(update={"tenant": tenant}))
+        record = fold_job(record, _event(job, "finished", at))
+        assert record is not None
+        return ended.add(record)
+
+    assert end("a1", "a", 10) == []
+    assert end("a2", "a", 30) == []
+    assert end("b1", "b", 5) == []  # tenants are counted apart
+    assert end("a0", "a", 20) == ["a1"]  # the oldest end goes first, whatever the order
+    assert end("a3", "a", 40) == ["a0"]
 
 
 def _samples(node: str, count: int, at: datetime, ecc: int = 0) -> list[Any]:

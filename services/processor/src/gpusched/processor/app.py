@@ -49,7 +49,7 @@ from gpusched.contracts.topics import (
 )
 from gpusched.core import CoreError, Params
 from gpusched.processor.priorities import compute_priorities
-from gpusched.processor.records import JobRecord, NodeRecord, fold_job
+from gpusched.processor.records import EndedJobs, JobRecord, NodeRecord, fold_job
 from gpusched.processor.settings import ProcessorSettings
 from gpusched.processor.view import LiveView
 
@@ -87,6 +87,7 @@ class Processor:
         self.params_table = app.Table("params", partitions=1)
         self.view = LiveView(settings.processor_stale_after_s)
         self.records: dict[str, JobRecord] = {}
+        self.ended = EndedJobs(settings.processor_ended_jobs_per_tenant)
         self.params = Params()
         self.control = ControlRevision("processor")
         self.allocated: dict[str, float] = {}
@@ -127,6 +128,9 @@ class Processor:
         for value in self.jobs.values():
             record = JobRecord.model_validate(value)
             self.records[record.job_id] = record
+        for record in sorted(self.records.values(), key=lambda r: r.end_ts or 0.0):
+            if record.state == "ended":
+                self._forget(self.ended.add(record))
         log.info(
             "recovered %d jobs, %d nodes, %d parameters",
             len(self.records),
@@ -150,7 +154,18 @@ class Processor:
             if after is not None and after != before:
                 self.jobs[job_event.job_id] = after.model_dump(mode="json")
                 self.records[after.job_id] = after
+                if after.state == "ended":
+                    self._forget(self.ended.add(after))
                 self._wanted.set()
+
+    def _forget(self, job_ids: list[str]) -> None:
+        """Drop ended jobs beyond the per-tenant limit, from the table (a tombstone in its
+        changelog) and the cache."""
+        for job_id in job_ids:
+            self.records.pop(job_id, None)
+            self.published.pop(job_id, None)
+            with contextlib.suppress(KeyError):
+                del self.jobs[job_id]
 
     async def _on_control(self, stream: Any) -> None:
         await self._restored.wait()

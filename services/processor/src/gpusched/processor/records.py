@@ -6,11 +6,13 @@ and a restarted worker rebuilds the same state.
 
 from __future__ import annotations
 
+import heapq
+
 from pydantic import BaseModel, ConfigDict
 
 from gpusched.contracts import GpuTelemetrySample, JobEvent, JobEventType, JobRequest
 
-__all__ = ["GpuReading", "JobRecord", "NodeRecord", "fold_job"]
+__all__ = ["EndedJobs", "GpuReading", "JobRecord", "NodeRecord", "fold_job"]
 
 
 class JobRecord(BaseModel):
@@ -100,3 +102,20 @@ class NodeRecord(BaseModel):
             power_w=sample.power_w,
             ecc_uncorrected=sample.ecc_uncorrected,
         )
+
+
+class EndedJobs:
+    """The ended jobs kept per tenant, newest ``limit`` of each: their run times feed the
+    run-time predictor and their GPU time the fair share; older ones are forgotten, so
+    the processor's state stays bounded however long it runs."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._by_tenant: dict[str, list[tuple[float, str]]] = {}
+
+    def add(self, record: JobRecord) -> list[str]:
+        """Note an ended job; the ids of the jobs to forget now (the oldest beyond the
+        limit of its tenant)."""
+        kept = self._by_tenant.setdefault(record.tenant, [])
+        heapq.heappush(kept, (record.end_ts or 0.0, record.job_id))
+        return [heapq.heappop(kept)[1] for _ in range(len(kept) - self.limit)]

@@ -45,6 +45,12 @@ class ProcessorSettings(KafkaSettings):
         gt=0,
         description="longest wait for a telemetry batch before the view is published",
     )
+    processor_ended_jobs_per_tenant: int = Field(
+        default=2000,
+        ge=0,
+        description="ended jobs kept per tenant (the newest) for run-time predictions and "
+        "fair share; older ones are forgotten (their table entries deleted)",
+    )
     processor_data_dir: Path = Field(
         default_factory=_default_data_dir, description="Faust's data directory"
     )
