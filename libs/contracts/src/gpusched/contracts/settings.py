@@ -93,11 +93,13 @@ class KafkaSettings(BaseSettings):
 
 
 def producer_options(kafka: KafkaSettings | str) -> dict[str, Any]:
-    """The options every gpusched producer shares: its connection, writes acknowledged by
-    every in-sync replica (``acks=all``: with min.insync.replicas 2 on 3 brokers a write
-    survives one broker's loss) and idempotence (a send retried after a lost
-    acknowledgement is written once)."""
-    return {**client_options(kafka), "acks": "all", "enable_idempotence": True}
+    """The options every gpusched producer shares: its connection and writes acknowledged
+    by every in-sync replica (``acks=all``: with min.insync.replicas 2 on 3 brokers a
+    write survives one broker's loss). Not idempotent yet: with aiokafka's idempotent
+    producer the outage test (tests/integration/test_outage.py) failed 2 runs in 4, not
+    diagnosed (issue 17's note); a duplicate from a retried send is collapsed downstream
+    by event id (ReplacingMergeTree, the processor's folds)."""
+    return {**client_options(kafka), "acks": "all"}
 
 
 def client_options(kafka: KafkaSettings | str) -> dict[str, Any]:
