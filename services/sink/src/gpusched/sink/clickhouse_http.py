@@ -172,9 +172,9 @@ class AnalystEngine:
     def _run(
         self, conn: Any, sql: str, fmt: str, params: dict[str, str], database: str | None
     ) -> tuple[Any, Answer]:
-        if conn is None:
-            conn = self._open()
         try:
+            if conn is None:
+                conn = self._open()
             with self._on(conn, database):
                 result = conn.query(sql, fmt, params=params) if params else conn.query(sql, fmt)
         except Exception as exc:  # the engine's errors are ClickHouse's text

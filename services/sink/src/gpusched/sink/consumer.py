@@ -21,8 +21,9 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
@@ -39,6 +40,8 @@ from gpusched.store import OffsetRange, Store, batch_token
 __all__ = ["Sink", "SinkStats"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _RETRY_S = 2.0
 _REPLAY_WITHIN_S = 30.0  # longest wait for the records of an uncommitted batch
@@ -155,7 +158,7 @@ class Sink:
     ) -> list[ConsumerRecord]:
         """The batch planned but not committed on ``assigned`` partitions, read again
         range by range (nothing when every planned range was committed)."""
-        plans = await asyncio.to_thread(self.store.planned, self.group)
+        plans = await self._stored(self.store.planned, self.group)
         wanted: dict[TopicPartition, OffsetRange] = {}
         for plan in plans:
             tp = TopicPartition(plan.topic, plan.partition)
@@ -203,17 +206,22 @@ class Sink:
             self.stats.dead_lettered += len(dead)
             log.warning("dead-lettered %d messages (last: %s)", len(dead), dead[-1][1].error)
         ranges = _ranges(batch)
-        while True:
-            try:
-                written = await asyncio.to_thread(self._insert, events, ranges)
-                self.store_state.answered()
-                break
-            except Exception as exc:  # the store's errors are many; the batch must not be lost
-                self.store_state.failed(f"{exc} (retrying every {_RETRY_S:g} s)")
-                log.debug("insert of %d events failed (%s)", len(events), exc)
-                await asyncio.sleep(_RETRY_S)
+        written = await self._stored(self._insert, events, ranges)
         for table, rows in written.items():
             self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
+
+    async def _stored(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on the store in a thread, retried every few seconds while the
+        store fails (its errors are many; a batch must not be lost)."""
+        while True:
+            try:
+                result = await asyncio.to_thread(call, *args)
+                self.store_state.answered()
+                return result
+            except Exception as exc:
+                self.store_state.failed(f"{exc} (retrying every {_RETRY_S:g} s)")
+                log.debug("%s failed (%s)", getattr(call, "__name__", call), exc)
+                await asyncio.sleep(_RETRY_S)
 
     def _insert(self, events: list[BaseModel], ranges: list[OffsetRange]) -> dict[str, int]:
         token = batch_token(self.group, ranges)
