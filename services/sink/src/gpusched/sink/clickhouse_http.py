@@ -231,7 +231,8 @@ def mount_clickhouse_http(app: FastAPI, engine: AnalystEngine, tokens: TokenFile
                 body = decompress(body)
             except ValueError as exc:
                 return _error(QueryFailed(str(exc), 271, "CANNOT_DECOMPRESS"), query_id)
-        sql = "\n".join(part for part in (args.get("query", ""), body.decode()) if part.strip())
+        text = body.decode("utf-8", errors="replace")  # a query is text; bad bytes show as such
+        sql = "\n".join(part for part in (args.get("query", ""), text) if part.strip())
         if not sql.strip():
             return PlainTextResponse("Ok.\n")
         token = _credentials(request)
