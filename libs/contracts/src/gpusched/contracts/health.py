@@ -23,6 +23,7 @@ from typing import Any
 
 from aiokafka.client import AIOKafkaClient
 from aiokafka.errors import KafkaError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpusched.contracts.settings import KafkaSettings, client_options
 
@@ -118,7 +119,8 @@ async def watch_kafka(kafka: KafkaSettings, dependency: Dependency, every_s: flo
 
 
 class HealthServer:
-    """``GET /healthz`` on ``host:port``: ``service`` and each dependency's state."""
+    """``GET /healthz`` on ``host:port``: ``service`` and each dependency's state; and
+    ``GET /metrics``: the process's Prometheus metrics."""
 
     def __init__(
         self, service: str, dependencies: Sequence[Dependency], port: int, host: str = "127.0.0.1"
@@ -128,13 +130,19 @@ class HealthServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.split("?")[0] != "/healthz":
-                    self.send_error(404, "only /healthz is served here")
+                path = self.path.split("?")[0]
+                if path == "/metrics":  # Prometheus' text format (gpusched.contracts.metrics)
+                    self._send(200, generate_latest(), CONTENT_TYPE_LATEST)
+                    return
+                if path != "/healthz":
+                    self.send_error(404, "only /healthz and /metrics are served here")
                     return
                 up, report = server.report()
-                body = json.dumps(report).encode()
-                self.send_response(200 if up else 503)
-                self.send_header("Content-Type", "application/json")
+                self._send(200 if up else 503, json.dumps(report).encode(), "application/json")
+
+            def _send(self, status: int, body: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

@@ -30,6 +30,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.openapi.docs import get_redoc_html
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpusched.api.auth import Access, require_tenant
 from gpusched.api.console import Console, mount_console
@@ -361,6 +362,11 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
             return await asyncio.to_thread(param_history, limit, store)
         except StoreError as exc:
             raise HTTPException(503, f"the store is not reachable: {exc}") from exc
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        """The process's Prometheus metrics (gpusched.contracts.metrics and the runtime's)."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -17,7 +17,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from gpusched.contracts import GpuTelemetrySample, encode
+from gpusched.contracts.metrics import PRODUCED
 from gpusched.contracts.settings import KafkaSettings, producer_options
+from gpusched.contracts.topics import TELEMETRY
 
 __all__ = ["TelemetryPublisher"]
 
@@ -88,6 +90,7 @@ class TelemetryPublisher:
             await producer.send(self.topic, encode(s), key=s.gpu_uuid.encode()) for s in batch
         ]
         await asyncio.gather(*futures)
+        PRODUCED.labels(topic=TELEMETRY.base).inc(len(batch))
 
     async def _connected(self) -> AIOKafkaProducer:
         if self._producer is None:

@@ -8,6 +8,7 @@ import logging
 import time
 
 from gpusched.contracts import encode
+from gpusched.contracts.metrics import DISPATCH_CYCLE_SECONDS, DISPATCH_DECISIONS, PRODUCED
 from gpusched.contracts.topics import PLACEMENTS
 from gpusched.core import Decision, ParkNode, Place, Preempt, WakeNode
 from gpusched.dispatcher.backend import AlreadyPlaced, BackendError, NotPlaceable
@@ -23,7 +24,8 @@ async def run_cycle(d: Dispatcher) -> int:
     """One cycle: every decision is published (all of them, awaited) before the first is
     applied. Returns how many decisions it made."""
     now = time.time()
-    decisions = d.scheduler.cycle(now, excluded=d.unhealthy).decisions
+    with DISPATCH_CYCLE_SECONDS.time():
+        decisions = d.scheduler.cycle(now, excluded=d.unhealthy).decisions
     numbered = []
     for decision in decisions:
         d.decisions_made += 1
@@ -38,8 +40,10 @@ async def run_cycle(d: Dispatcher) -> int:
         for decision, decision_id in numbered
     ]
     await asyncio.gather(*sent)
+    PRODUCED.labels(topic=PLACEMENTS.base).inc(len(numbered))
     for decision, decision_id in numbered:
         await _apply(d, decision, decision_id, now)
+        DISPATCH_DECISIONS.labels(kind=type(decision).__name__).inc()
     return len(decisions)
 
 

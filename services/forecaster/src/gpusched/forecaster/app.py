@@ -23,6 +23,7 @@ from aiokafka import AIOKafkaProducer
 from gpusched.contracts import DemandForecast, ForecastPoint, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import service_health
+from gpusched.contracts.metrics import FORECAST_FIT_SECONDS, PRODUCED
 from gpusched.contracts.settings import producer_options
 from gpusched.contracts.topics import FORECASTS, JOBS
 from gpusched.forecaster.fitting import FitTask, fit_many
@@ -215,6 +216,8 @@ async def _run_forecaster(
                         FORECASTS.name(prefix), encode(message), key=message.series.encode()
                     )
                 await producer.flush()
+                FORECAST_FIT_SECONDS.observe(time.monotonic() - started)
+                PRODUCED.labels(topic=FORECASTS.base).inc(len(messages))
                 published += len(messages)
                 done += 1
                 log.info(

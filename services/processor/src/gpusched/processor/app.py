@@ -38,6 +38,7 @@ from gpusched.contracts import (
 )
 from gpusched.contracts.control import HEARTBEAT_S, ControlRevision
 from gpusched.contracts.health import HealthServer, kafka_dependency, watch_kafka
+from gpusched.contracts.metrics import CONSUMED, DEAD_LETTERED, PRODUCED
 from gpusched.contracts.topics import (
     CONTROL,
     CONTROL_STATUS,
@@ -144,6 +145,7 @@ class Processor:
     async def _on_jobs(self, stream: Any) -> None:
         await self._restored.wait()
         async for event in stream.events():
+            CONSUMED.labels(topic=JOBS.base).inc()
             try:
                 job_event = decode(JobEvent, event.value)
             except ContractError as exc:
@@ -221,6 +223,7 @@ class Processor:
         )
         log.warning("dead-lettered %s@%s: %s", message.topic, message.offset, error)
         await self._dlq[topic.base].send(value=record.model_dump_json().encode())
+        DEAD_LETTERED.labels(topic=topic.dlq()).inc()
 
     # -- telemetry ----------------------------------------------------------------------
     async def _telemetry(self) -> None:
@@ -255,12 +258,14 @@ class Processor:
     async def _ingest(self, batches: dict[Any, list[Any]]) -> None:
         dlq = self._dlq[TELEMETRY.base]
         for records in batches.values():
+            CONSUMED.labels(topic=TELEMETRY.base).inc(len(records))
             for record in records:
                 try:
                     sample = decode(GpuTelemetrySample, record.value or b"")
                 except ContractError as exc:
                     dead = dead_letter_for(record, exc)
                     await dlq.send(value=dead.model_dump_json().encode())
+                    DEAD_LETTERED.labels(topic=TELEMETRY.dlq()).inc()
                     continue
                 self.view.observe(sample)
         await self._publish_views([n.node_id for n in self._persist_dirty()])
@@ -277,6 +282,7 @@ class Processor:
         for node_id in node_ids:
             view = self.view.node_view(node_id, now, self.allocated.get(node_id, 0.0))
             await topic.send(key=node_id.encode(), value=encode(view))
+        PRODUCED.labels(topic=VIEW.base).inc(len(node_ids))
         await self.app.producer.flush()
 
     async def _stale_check(self) -> None:
@@ -319,6 +325,7 @@ class Processor:
             self.published[update.job_id] = seen
             await topic.send(key=update.job_id.encode(), value=encode(update))
             sent += 1
+        PRODUCED.labels(topic=PRIORITIES.base).inc(sent)
         for job_id in [j for j, r in self.records.items() if r.state == "ended"]:
             self.published.pop(job_id, None)
         changed = [n for n, a in result.allocated.items() if self.allocated.get(n) != a]

@@ -278,10 +278,10 @@ def mount_clickhouse_http(app: FastAPI, engine: AnalystEngine, tokens: TokenFile
         }
         content_type = _CONTENT_TYPES.get(shown)
         if content_type is None:
-            text = shown.startswith(("JSON", "TabSeparated", "TSV", "CSV", "Pretty", "Values"))
+            textual = shown.startswith(("JSON", "TabSeparated", "TSV", "CSV", "Pretty", "Values"))
             content_type = (
                 "application/json; charset=UTF-8" if shown.startswith("JSON")
-                else "text/plain; charset=UTF-8" if text else "application/octet-stream"
+                else "text/plain; charset=UTF-8" if textual else "application/octet-stream"
             )  # fmt: skip
         return Response(
             compress(answer.body) if args.get("compress") == "1" else answer.body,

@@ -32,6 +32,14 @@ from pydantic import BaseModel
 
 from gpusched.contracts import ContractError, DeadLetter, dead_letter_for, decode
 from gpusched.contracts.health import Dependency
+from gpusched.contracts.metrics import (
+    BATCH_EVENTS,
+    CONSUMED,
+    CONSUMER_LAG,
+    DEAD_LETTERED,
+    INSERT_ROWS,
+    INSERT_SECONDS,
+)
 from gpusched.contracts.settings import producer_options
 from gpusched.contracts.topics import TOPICS, topic_for
 from gpusched.sink.settings import SinkSettings
@@ -58,6 +66,19 @@ class _OnAssign(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.assigned = set(assigned)
+
+
+async def _measure_lag(consumer: AIOKafkaConsumer, prefix: str) -> None:
+    """Messages not consumed yet per topic: high-water mark minus position, summed over
+    the partitions this process holds."""
+    lag: dict[str, int] = {}
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is not None:
+            behind = max(high - await consumer.position(tp), 0)
+            lag[tp.topic] = lag.get(tp.topic, 0) + behind
+    for topic, behind in lag.items():
+        CONSUMER_LAG.labels(topic=topic.removeprefix(prefix)).set(behind)
 
 
 def _ranges(batch: Sequence[ConsumerRecord]) -> list[OffsetRange]:
@@ -131,6 +152,7 @@ class Sink:
                         # read again and collapses onto the rows written (event ids)
                         log.warning("offsets not committed (%s); the batch will be replayed", exc)
                     self.stats.batches += 1
+                    await _measure_lag(consumer, self.prefix)
         finally:
             await consumer.stop()
             await producer.stop()
@@ -190,8 +212,10 @@ class Sink:
     async def _write(self, batch: Sequence[ConsumerRecord], producer: AIOKafkaProducer) -> None:
         events: list[BaseModel] = []
         dead: list[tuple[str, DeadLetter]] = []
+        BATCH_EVENTS.observe(len(batch))
         for record in batch:
             topic = topic_for(record.topic, self.prefix)
+            CONSUMED.labels(topic=topic.base).inc()
             try:
                 events.append(decode(topic.model, record.value or b""))
             except ContractError as exc:
@@ -203,12 +227,15 @@ class Sink:
                 for name, letter in dead
             ]
             await asyncio.gather(*sent)
+            for name, _ in dead:
+                DEAD_LETTERED.labels(topic=name.removeprefix(self.prefix)).inc()
             self.stats.dead_lettered += len(dead)
             log.warning("dead-lettered %d messages (last: %s)", len(dead), dead[-1][1].error)
         ranges = _ranges(batch)
         written = await self._stored(self._insert, events, ranges)
         for table, rows in written.items():
             self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
+            INSERT_ROWS.labels(table=table).inc(rows)
 
     async def _stored(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)`` on the store in a thread, retried every few seconds while the
@@ -225,5 +252,6 @@ class Sink:
 
     def _insert(self, events: list[BaseModel], ranges: list[OffsetRange]) -> dict[str, int]:
         token = batch_token(self.group, ranges)
-        self.store.plan_batch(self.group, token, ranges)
-        return self.store.insert_events(events, token)
+        with INSERT_SECONDS.time():
+            self.store.plan_batch(self.group, token, ranges)
+            return self.store.insert_events(events, token)
