@@ -20,13 +20,18 @@ def kubectl(kube: LocalKube, token: str | None = None) -> list[str]:
             "--insecure-skip-tls-verify=true"]  # fmt: skip
 
 
+def kustomize(folder: Path) -> str:
+    """The manifests of a kustomization (``kubectl kustomize``), as YAML."""
+    return subprocess.run(
+        ["kubectl", "kustomize", str(folder)], capture_output=True, text=True, check=True,
+        timeout=60,
+    ).stdout  # fmt: skip
+
+
 def apply_rbac(kube: LocalKube) -> None:
     """Create k8s/base's namespace, the dispatcher's ServiceAccount, its ClusterRole and
     the binding, as rendered by kustomize (as an admin)."""
-    rendered = subprocess.run(
-        ["kubectl", "kustomize", str(REPO / "k8s" / "base")],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
+    rendered = kustomize(REPO / "k8s" / "base")
     wanted = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] in RBAC_KINDS]
     subprocess.run(
         [*kubectl(kube), "apply", "--server-side", "-f", "-"],

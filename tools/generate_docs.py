@@ -44,15 +44,24 @@ SETTINGS: tuple[tuple[str, type[BaseSettings]], ...] = (
 )
 
 
+def _env(cls: type[BaseSettings], name: str) -> str:
+    """The environment variable that sets field ``name`` of ``cls``."""
+    return f"{cls.model_config.get('env_prefix', '')}{name}".upper()
+
+
+def setting_names() -> set[str]:
+    """Every environment variable that some gpusched setting reads."""
+    return {_env(cls, name) for _, cls in SETTINGS for name in cls.model_fields}
+
+
 def settings_table() -> str:
     """A markdown table: every setting's environment name, default and meaning."""
     lines = ["| variable | used by | default | meaning |", "|---|---|---|---|"]
     seen: dict[str, list[str]] = {}
     rows: dict[str, tuple[str, str]] = {}
     for owner, cls in SETTINGS:
-        prefix = cls.model_config.get("env_prefix", "")
         for name, field in cls.model_fields.items():
-            env = f"{prefix}{name}".upper()
+            env = _env(cls, name)
             default = "(derived)" if field.default_factory is not None else repr(field.default)
             seen.setdefault(env, []).append(owner)
             rows[env] = (default, field.description or "")

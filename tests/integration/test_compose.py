@@ -22,7 +22,8 @@ import typer
 import yaml
 
 from gpusched.cli.main import app
-from tools.generate_docs import SETTINGS
+from tests.k8s import kustomize
+from tools.generate_docs import setting_names
 
 pytestmark = [pytest.mark.slow]
 
@@ -109,8 +110,7 @@ def test_loader_rejects_an_undefined_dependency(composecheck: Path, tmp_path: Pa
 def test_compose_matches_the_code(composecheck: Path) -> None:
     project = _load(composecheck, BASE)
     services = project["services"]
-    known = {f"{cls.model_config.get('env_prefix', '')}{n}".upper()
-             for _, cls in SETTINGS for n in cls.model_fields}  # fmt: skip
+    known = setting_names()
     ours = {name: s for name, s in services.items() if s["image"].startswith("gpusched:")}
     for name, service in services.items():
         assert ":" in service["image"], f"{name}: no tag"
@@ -156,12 +156,9 @@ def test_three_broker_override(composecheck: Path) -> None:
 
 def test_k8s_manifests_match_the_code() -> None:
     """The same drift guards on every rendered k8s overlay: commands, settings, tags."""
-    known = {f"{cls.model_config.get('env_prefix', '')}{n}".upper()
-             for _, cls in SETTINGS for n in cls.model_fields}  # fmt: skip
+    known = setting_names()
     for overlay in sorted((REPO / "k8s" / "overlays").iterdir()):
-        rendered = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True,
-                                  text=True, check=True, timeout=60).stdout  # fmt: skip
-        docs = [d for d in yaml.safe_load_all(rendered) if d]
+        docs = [d for d in yaml.safe_load_all(kustomize(overlay)) if d]
         config = next(d for d in docs if d["kind"] == "ConfigMap" and
                       d["metadata"]["name"] == "gpusched-config")  # fmt: skip
         names = set(config["data"])

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from gpusched.local.kube import LocalKube, apiserver_buildable
-from tests.k8s import DISPATCHER, apply_rbac
+from tests.k8s import DISPATCHER, apply_rbac, kustomize
 from tests.k8s import kubectl as admin
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow]
@@ -135,7 +135,7 @@ def test_overlays_apply_strictly(kube: LocalKube, tmp_path: Path) -> None:
         # a Job's pod template is immutable and the overlays name different Secrets
         _run([*kubectl, "-n", "gpusched", "delete", "job", "gpusched-init",
               "--ignore-not-found"])  # fmt: skip
-        rendered = _run(["kubectl", "kustomize", str(REPO / "k8s" / "overlays" / overlay)])
+        rendered = kustomize(REPO / "k8s" / "overlays" / overlay)
         applied = _run(
             [*kubectl, "apply", "--server-side", "--validate=strict",
              "--field-manager=gpusched-test", "-f", "-"],
@@ -150,7 +150,7 @@ def test_overlays_apply_strictly(kube: LocalKube, tmp_path: Path) -> None:
     assert "kafkatopic.kafka.strimzi.io/gpusched.jobs.v1.dlq" in topics
 
     # a field Strimzi's schema does not have is refused (the check is not a formality)
-    bad = _run(["kubectl", "kustomize", str(REPO / "k8s" / "overlays" / "distributed")])
+    bad = kustomize(REPO / "k8s" / "overlays" / "distributed")
     bad = bad.replace("  entityOperator:", "  entityOperatr:", 1)
     refused = subprocess.run(
         [*kubectl, "apply", "--server-side", "--validate=strict", "-f", "-"],

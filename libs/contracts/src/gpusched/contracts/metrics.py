@@ -51,7 +51,9 @@ DISPATCH_CYCLE_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 DISPATCH_DECISIONS = Counter(
-    "gpusched_dispatch_decisions", "Decisions the dispatcher carried out", ["kind"]
+    "gpusched_dispatch_decisions",
+    "Decisions the dispatcher made and handed to the backend (applied or refused)",
+    ["kind"],
 )
 FORECAST_FIT_SECONDS = Histogram(
     "gpusched_forecast_fit_seconds",
