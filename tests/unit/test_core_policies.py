@@ -191,13 +191,15 @@ def test_every_pending_job_gets_a_reason() -> None:
     assert "H100" in reasons["never"].message
     assert "8 x any GPU" in reasons["wait8"].message
     # the head of backfill's order has the node reserved: its start is the reservation's;
-    # the next waits for the node to free up, when the running job is predicted to end
+    # the next waits for the node to free up once the running job and the head have run
+    # as predicted (the queue played forward)
     head = sched.reservations["wait1"]
     assert reasons["wait1"].category == "reservation"
     assert reasons["wait1"].start_estimate == head.start > 5
     assert reasons["wait8"].category == "capacity"
-    remaining = sched.predictor.expected_remaining(sched.jobs["run"], 5)
-    assert reasons["wait8"].start_estimate == pytest.approx(5 + remaining)
+    predict = sched.predictor.expected_remaining
+    then = 5 + predict(sched.jobs["run"], 5) + predict(sched.jobs["wait1"], 5)
+    assert reasons["wait8"].start_estimate == pytest.approx(then)
     assert reasons["never"].start_estimate is None
 
 

@@ -198,6 +198,7 @@ class PendingReason:
     category: PendingCategory
     message: str
     blockers: tuple[str, ...] = field(default=())
-    # the core's estimate of when it starts: its reservation's start, or when the node it
-    # waits for is predicted to free up; None when it cannot tell (priority, never)
+    # the core's estimate of when it starts: its reservation's start, else the queue
+    # played forward on predicted run times (core.starts); None when it cannot tell (it
+    # can never run, or is too far down a long queue)
     start_estimate: float | None = None

@@ -35,8 +35,11 @@ def never_fits(scheduler: Scheduler, job: Job) -> str | None:
     return f"no node has {cpu} mCPU and {mem} MiB free even when empty"
 
 
-def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> PendingReason:
-    """The reason ``job`` (at ``position`` in the queue) is still pending."""
+def explain(
+    scheduler: Scheduler, job: Job, position: int, now: float, start: float | None = None
+) -> PendingReason:
+    """The reason ``job`` (at ``position`` in the queue) is still pending; ``start``: its
+    estimated start from the queue played forward (``estimate_starts``), if any."""
     impossible = never_fits(scheduler, job)
     if impossible:
         return PendingReason(PendingCategory.NEVER, f"cannot ever run: {impossible}")
@@ -76,12 +79,15 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
         return PendingReason(
             PendingCategory.PRIORITY,
             f"{ahead}; {fits_now} node(s) fit {req.describe()} but are taken first",
+            start_estimate=start,
         )
     parked = sum(1 for n in state.nodes.values() if n.power is not PowerState.ON)
     tail = f"; {parked} node(s) parked or waking" if parked else ""
     if soonest is None:
         return PendingReason(
-            PendingCategory.CAPACITY, f"waiting for {req.describe()}; {ahead}{tail}"
+            PendingCategory.CAPACITY,
+            f"waiting for {req.describe()}; {ahead}{tail}",
+            start_estimate=start,
         )
     end, node_id, blocker = soonest
     return PendingReason(
@@ -89,5 +95,5 @@ def explain(scheduler: Scheduler, job: Job, position: int, now: float) -> Pendin
         f"waiting for {req.describe()} on one node; {node_id} frees up after job {blocker} "
         f"ends at ~t={end:.0f}s; {ahead}{tail}",
         (blocker,),
-        end,
+        start if start is not None else end,
     )

@@ -38,6 +38,7 @@ from gpusched.core.queue import PendingQueue
 from gpusched.core.reasons import explain
 from gpusched.core.reservations import Reservation, ReservationPlanner
 from gpusched.core.runtime import RuntimePredictor
+from gpusched.core.starts import estimate_starts
 
 __all__ = ["CycleResult", "RecordedJob", "Scheduler"]
 
@@ -460,9 +461,10 @@ class Scheduler:
 
     # -- explanations -------------------------------------------------------------------
     def explain_all(self, now: float) -> dict[str, PendingReason]:
-        """A reason for every pending job."""
+        """A reason for every pending job, with its estimated start where there is one."""
+        starts = estimate_starts(self, now)
         return {
-            job_id: explain(self, self.jobs[job_id], position, now)
+            job_id: explain(self, self.jobs[job_id], position, now, starts.get(job_id))
             for position, job_id in enumerate(self.queue.ids())
         }
 
