@@ -18,6 +18,7 @@ from gpusched.api import ApiSettings
 from gpusched.collector import CollectorSettings
 from gpusched.contracts.asyncapi import asyncapi_json
 from gpusched.contracts.provision import topic_specs
+from gpusched.contracts.settings import LogSettings
 from gpusched.core import Params
 from gpusched.dispatcher import DispatcherSettings
 from gpusched.forecaster import ForecasterSettings
@@ -33,6 +34,7 @@ PARAMS_BEGIN = "<!-- params-table:begin (make settings-doc) -->"
 PARAMS_END = "<!-- params-table:end -->"
 
 SETTINGS: tuple[tuple[str, type[BaseSettings]], ...] = (
+    ("every service", LogSettings),
     ("store (sink, api)", StoreSettings),
     ("collector", CollectorSettings),
     ("processor", ProcessorSettings),

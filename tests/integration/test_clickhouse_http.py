@@ -134,6 +134,12 @@ def test_limits(pipeline: Pipeline) -> None:
     assert time.monotonic() - started < 30
     many = httpx.post(url, content=b"SELECT number FROM numbers(100)", auth=auth)
     assert "TOO_MANY_ROWS_OR_BYTES" in many.text
+    # the services' own /sql door has the same limits, and its error names them
+    internal = httpx.post(f"{url}sql", content=b"SELECT number FROM numbers(100)")
+    assert internal.status_code == 400
+    assert "TOO_MANY_ROWS_OR_BYTES" in internal.text
+    assert "max_result_rows=10" in internal.text
+    assert httpx.post(f"{url}sql", content=b"SELECT number FROM numbers(10)").status_code == 200
 
 
 JDBC = Path(__file__).parent / "jdbc"

@@ -32,6 +32,7 @@ from gpusched.api import (
     rest_app,
 )
 from gpusched.collector import CollectorError, CollectorSettings, run_collector
+from gpusched.contracts.logs import configure_logging, logging_config
 from gpusched.core import CoreError, make_policy
 from gpusched.dispatcher import BackendError, DispatcherSettings, run_dispatcher
 from gpusched.forecaster import ForecasterSettings, run_forecaster
@@ -68,10 +69,8 @@ def _settings(kind: type[S], **overrides: Any) -> S:
 
 
 def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    """Log to stderr at ``level``, as text or as JSON lines (``GPUSCHED_LOG_FORMAT``)."""
+    configure_logging(level)
 
 
 def _until_signal(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:
@@ -182,6 +181,7 @@ def simcluster(
         host=settings.simcluster_host,
         port=settings.simcluster_port,
         log_level=log_level,
+        log_config=logging_config(log_level),
     )
 
 
@@ -214,7 +214,13 @@ def api(
     _logging(log_level)
     settings = _settings(ApiSettings, api_port=port)
     app = rest_app(settings, _settings(StoreSettings))
-    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_level=log_level)
+    uvicorn.run(
+        app,
+        host=settings.api_host,
+        port=settings.api_port,
+        log_level=log_level,
+        log_config=logging_config(log_level),
+    )
 
 
 def submit(

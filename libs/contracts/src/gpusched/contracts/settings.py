@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
     "KafkaSettings",
+    "LogSettings",
     "TokenFileSettings",
     "checkout_root",
     "client_options",
@@ -119,4 +120,16 @@ class TokenFileSettings(BaseSettings):
         default_factory=lambda: checkout_root() / "var" / "tokens.json",
         description="the token records (hashes, roles, tenants); "
         "default <checkout>/var/tokens.json",
+    )
+
+
+class LogSettings(BaseSettings):
+    """How every service writes its log (to stderr)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
+
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text: one readable line per record; json: one JSON object per line "
+        "(timestamp, level, logger, message, exception), for log collectors",
     )

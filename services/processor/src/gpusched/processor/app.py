@@ -38,6 +38,7 @@ from gpusched.contracts import (
 )
 from gpusched.contracts.control import HEARTBEAT_S, ControlRevision
 from gpusched.contracts.health import HealthServer, kafka_dependency, watch_kafka
+from gpusched.contracts.logs import logging_config
 from gpusched.contracts.metrics import CONSUMED, DEAD_LETTERED, PRODUCED
 from gpusched.contracts.topics import (
     CONTROL,
@@ -362,4 +363,6 @@ def run_worker(settings: ProcessorSettings, loglevel: str = "info") -> None:
         if settings.health_port:
             deps = [processor.event_log]
             stack.enter_context(HealthServer("processor", deps, settings.health_port))
-        Worker(processor.app, loglevel=loglevel, quiet=True).execute_from_commandline()
+        Worker(
+            processor.app, loglevel=loglevel, quiet=True, logging_config=logging_config(loglevel)
+        ).execute_from_commandline()

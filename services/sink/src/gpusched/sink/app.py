@@ -41,7 +41,7 @@ async def run_sink(
     store = Store.open(store_settings)
     server = None
     if settings.sink_sql_port:
-        app = sql_app(connect(store_settings.dsn, store_settings.database))
+        app = sql_app(connect(store_settings.dsn, store_settings.database), settings.query_limits())
         if urlsplit(store_settings.dsn).scheme == "chdb":
             engine = AnalystEngine(store_settings.dsn, store_settings.database, settings)
             mount_clickhouse_http(app, engine, TokenFile(settings.api_tokens_file))

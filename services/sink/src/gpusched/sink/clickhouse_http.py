@@ -136,13 +136,7 @@ class AnalystEngine:
     def __init__(self, dsn: str, database: str, settings: SinkSettings) -> None:
         self.path = urlsplit(dsn).path or urlsplit(dsn).netloc
         self.database = database
-        self.limits = {
-            "max_execution_time": settings.sink_query_max_execution_s,
-            "max_memory_usage": settings.sink_query_max_memory_bytes,
-            "max_result_rows": settings.sink_query_max_result_rows,
-            "result_overflow_mode": settings.sink_query_result_overflow_mode,
-            "max_threads": settings.sink_query_max_threads,
-        }
+        self.limits = {**settings.query_limits(), "max_threads": settings.sink_query_max_threads}
         self._free: asyncio.Queue[Any] = asyncio.Queue()
         for _ in range(settings.sink_query_workers):
             self._free.put_nowait(None)  # a connection is made on first use

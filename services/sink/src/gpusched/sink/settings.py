@@ -44,18 +44,31 @@ class SinkSettings(KafkaSettings, TokenFileSettings):
         description="ClickHouse max_threads of an analyst query (leaves cores to ingestion)",
     )
     sink_query_max_execution_s: int = Field(
-        default=60, ge=1, description="ClickHouse max_execution_time of an analyst query"
+        default=60, ge=1, description="ClickHouse max_execution_time of a query on / and /sql"
     )
     sink_query_max_memory_bytes: int = Field(
-        default=4 * 2**30, ge=2**20, description="ClickHouse max_memory_usage of an analyst query"
+        default=4 * 2**30,
+        ge=2**20,
+        description="ClickHouse max_memory_usage of a query on / and /sql",
     )
     sink_query_max_result_rows: int = Field(
-        default=1_000_000, ge=1, description="ClickHouse max_result_rows of an analyst query"
+        default=1_000_000, ge=1, description="ClickHouse max_result_rows of a query on / and /sql"
     )
     sink_query_result_overflow_mode: Literal["throw", "break"] = Field(
         default="throw",
         description="over max_result_rows: throw (an error) or break (a truncated result)",
     )
+
+    def query_limits(self) -> dict[str, int | str]:
+        """The ClickHouse settings that bound every query of the read-only endpoints (the
+        analysts' also get ``max_threads``)."""
+        return {
+            "max_execution_time": self.sink_query_max_execution_s,
+            "max_memory_usage": self.sink_query_max_memory_bytes,
+            "max_result_rows": self.sink_query_max_result_rows,
+            "result_overflow_mode": self.sink_query_result_overflow_mode,
+        }
+
     sink_failpoint: Literal["", "after_insert"] = Field(
         default="",
         description="fault tests only: after_insert = exit at once after inserting a batch, "
