@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -226,3 +227,19 @@ def test_dynamic_preempts_only_when_it_pays() -> None:
     sched2.cycle(0)
     sched2.submit(job("runner", 1, 50, tenant="long"), 50)
     assert sched2.cycle(300).decisions == []
+
+
+def test_slowdown_aging_is_in_proportion_to_the_jobs_own_rank_time() -> None:
+    params = Params(dynamic_aging_s=30 * 86400.0, dynamic_aging_slowdown=1.0)
+    sched = Scheduler([node("a", 8)], make_policy("dynamic"), make_placement("bestfit"), params)
+    for i in range(10):  # tenant "short" runs ~100 s jobs, tenant "long" ~10,000 s ones
+        sched.predictor.observe(job(f"s{i}", 1, tenant="short"), 100)
+        sched.predictor.observe(job(f"l{i}", 1, tenant="long"), 10_000)
+    short, long_ = job("q", 1, 0, tenant="short"), job("z", 1, 0, tenant="long")
+    waited = 1000.0  # ten times the short job's run time, a tenth of the long job's
+    aging = {j.job_id: sched.policy.components(j, waited)["aging"] for j in (short, long_)}
+    absolute = math.log(2) * waited / params.dynamic_aging_s
+    rank = sched.predictor.rank_time
+    assert aging["q"] == pytest.approx(-absolute - math.log1p(waited / rank(short, waited)))
+    assert aging["z"] == pytest.approx(-absolute - math.log1p(waited / rank(long_, waited)))
+    assert aging["q"] < aging["z"] - 1.5  # the short job's slowdown is far larger

@@ -20,7 +20,8 @@ class Dynamic(Policy):
 
     Rank = predicted rank time (inverse Gittins index from finished jobs of the same
     tenant and size) x GPUs, divided by a factor per QoS step, multiplied when the tenant
-    is above its fair share, halved for every ``dynamic_aging_s`` of waiting. Lower runs
+    is above its fair share, halved for every ``dynamic_aging_s`` of waiting (and, with
+    ``dynamic_aging_slowdown`` k > 0, divided by 1 + wait / (k x rank time)). Lower runs
     first. Only a job blocked for ``dynamic_reserve_after_s`` gets a reservation (as
     Tiresias promotes only the starved): reservations hold GPUs idle against run-time
     predictions that, for heavy-tailed run times, are means far above the median.
@@ -61,12 +62,16 @@ class Dynamic(Policy):
 
     def components(self, job: Job, now: float) -> dict[str, float]:
         gpus = max(job.request.num_gpu, 0.05)
-        rank = self.s.predictor.rank_time(job, now) * gpus
+        time = self.s.predictor.rank_time(job, now)
+        wait = max(now - job.submit_time, 0.0)
+        aging = -math.log(2) * wait / self.p.dynamic_aging_s
+        if self.p.dynamic_aging_slowdown > 0:
+            aging -= math.log1p(wait / (self.p.dynamic_aging_slowdown * max(time, 1.0)))
         return {
-            "log_rank_gpu_s": math.log(max(rank, 1.0)),
+            "log_rank_gpu_s": math.log(max(time * gpus, 1.0)),
             "qos": self._qos_term(job.qos),
             "fair_share": self._fair_term(job.tenant),
-            "aging": -math.log(2) * max(now - job.submit_time, 0.0) / self.p.dynamic_aging_s,
+            "aging": aging,
         }
 
     def key(self, job: Job, ref_time: float) -> Key:

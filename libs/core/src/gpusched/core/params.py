@@ -172,6 +172,14 @@ class Params:
         hi=30 * 86400.0,
         unit="s",
     )
+    dynamic_aging_slowdown: float = _p(
+        0.0,
+        "slowdown aging: a waiting job's rank time is also divided by 1 + wait / (this x "
+        "its rank time), so a job ages in proportion to its own size (0: off; the tune "
+        "set's choice, docs/results.md)",
+        lo=0.0,
+        hi=1e6,
+    )
     dynamic_qos_factor: float = _p(
         30.0, "rank-time divisor per QoS class step above the lowest class seen", lo=1.0, hi=1e6
     )
