@@ -76,8 +76,8 @@ tune: install ## The parameter sweep on the tune set only (bench/tune.yaml) -> .
 	$(REPLAY) --matrix bench/tune.yaml --set tune --json .bench/tune.json
 
 .PHONY: kafka-up
-kafka-up: install ## Start the local Kafka broker (KRaft) and create the topics; no-op if running (KAFKA_AUTH=scram: SASL/SCRAM + ACLs)
-	$(RUN) python -m gpusched.local.kafka up $(if $(filter scram,$(KAFKA_AUTH)),--auth)
+kafka-up: install ## Start the local Kafka broker (KRaft) and create the topics; no-op if running (KAFKA_AUTH=scram: SASL/SCRAM + ACLs; BROKERS=3: three nodes, RF 3, min ISR 2)
+	$(RUN) python -m gpusched.local.kafka up $(if $(filter scram,$(KAFKA_AUTH)),--auth) $(if $(BROKERS),--brokers $(BROKERS))
 
 .PHONY: kafka-down
 kafka-down: install ## Stop the local Kafka broker

@@ -15,12 +15,21 @@ from typing import Any, TypeVar
 import httpx
 from aiokafka import AIOKafkaProducer
 
-from gpusched.local.procs import free_port, gpusched_executable
+from gpusched.local.procs import free_port, gpusched_executable, port_open
 
-__all__ = ["Pipeline", "free_port", "produce", "write_cluster"]
+__all__ = ["Pipeline", "free_port", "free_ports", "produce", "write_cluster"]
 
 T = TypeVar("T")
 GPUSCHED = gpusched_executable()
+
+
+def free_ports(count: int) -> int:
+    """A free port whose ``count - 1`` successors are free too (a local Kafka node listens
+    on two ports, a three-node cluster on six)."""
+    while True:
+        base = free_port()
+        if base + count < 65535 and not any(port_open(base + i) for i in range(1, count)):
+            return base
 
 
 def write_cluster(

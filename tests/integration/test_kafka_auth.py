@@ -18,7 +18,7 @@ from gpusched.contracts.provision import ensure_topics
 from gpusched.contracts.settings import client_options
 from gpusched.contracts.topics import CONTROL, JOBS, TELEMETRY
 from gpusched.local.kafka import LocalBroker
-from tests.pipeline import Pipeline, free_port
+from tests.pipeline import Pipeline, free_ports
 
 pytestmark = [pytest.mark.slow]
 
@@ -27,7 +27,7 @@ PREFIX = "sec."
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    own = LocalBroker(state_dir=tmp_path_factory.mktemp("kafka"), port=free_port(), auth=True)
+    own = LocalBroker(state_dir=tmp_path_factory.mktemp("kafka"), port=free_ports(2), auth=True)
     own.up()
     try:
         ensure_topics(own.settings(), PREFIX)

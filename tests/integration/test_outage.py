@@ -17,14 +17,14 @@ import pytest
 
 from gpusched.contracts.provision import ensure_topics
 from gpusched.local.kafka import LocalBroker
-from tests.pipeline import Pipeline, free_port, write_cluster
+from tests.pipeline import Pipeline, free_port, free_ports, write_cluster
 
 pytestmark = [pytest.mark.slow]
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[LocalBroker]:
-    own = LocalBroker(state_dir=tmp_path / "kafka", port=free_port())
+    own = LocalBroker(state_dir=tmp_path / "kafka", port=free_ports(2))
     own.up()
     try:
         yield own

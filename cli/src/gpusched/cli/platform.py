@@ -110,10 +110,11 @@ class Supervisor:
             time.sleep(0.5)
 
     def _keep_broker(self) -> None:
-        """A broker that died is started again on its data directory, with a growing
-        back-off, at most ``_BROKER_RESTARTS`` times; the services reconnect by themselves."""
+        """A broker (or a node of a local cluster) that died is started again on its data
+        directory, with a growing back-off, at most ``_BROKER_RESTARTS`` times; the services
+        reconnect by themselves."""
         broker = self.broker
-        if broker is None or broker.running_pid() is not None:
+        if broker is None or not broker.stopped_nodes():
             return
         if time.monotonic() < self._broker_retry_at:
             return
@@ -195,8 +196,7 @@ def up(
         # its principal: the API as gpusched-api, the others as gpusched-services
         env.update(local.client_env("gpusched-services"))
         api_env = local.client_env("gpusched-api")
-        ensure_topics(local.settings(), prefix)
-        local.grant(prefix)
+        local.provision(prefix)
     else:
         ensure_topics(KafkaSettings(), prefix)  # someone else's broker, our credentials
     store = StoreSettings()

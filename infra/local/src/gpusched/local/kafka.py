@@ -1,8 +1,19 @@
-"""A real single-node Apache Kafka broker (KRaft) on 127.0.0.1, for development and tests.
+"""A real Apache Kafka cluster (KRaft) on 127.0.0.1 of one or three nodes, for development
+and tests.
 
     python -m gpusched.local.kafka up      # resolve jars, format, start, wait, create topics
     python -m gpusched.local.kafka down    # stop by PID (SIGTERM, then SIGKILL)
     python -m gpusched.local.kafka status
+    python -m gpusched.local.kafka up --brokers 3   # three nodes, topics RF 3, min ISR 2
+
+Each node is one process, broker and controller at once. Node ``i`` (from 1) listens for
+clients on ``port + 2 (i - 1)`` and for its controller quorum on the port after; with
+three nodes the quorum has three voters, internal topics and the deployment's topics get
+three replicas and ``min.insync.replicas=2``, so the cluster loses nothing acknowledged
+(``acks=all``) and goes on serving while any one node is down. ``GPUSCHED_LOCAL_KAFKA_BROKERS``
+(or ``--brokers``) must be chosen before the state folder is first formatted; the nodes of
+a three-node cluster keep their state in ``<state>/node-<i>``, and later commands on that
+folder (``down``, ``status``) find them without being told.
 
 The broker's jars come from Maven Central through ``mvn`` (pom.xml, shipped beside this
 module) into the git-ignored ``.cache/kafka/libs`` once; later starts download nothing.
@@ -30,6 +41,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import time
@@ -57,8 +69,36 @@ def external_bootstrap() -> str | None:
     return os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None
 
 
+class _Node:
+    """One KRaft process (broker and controller) of the local cluster: its id, ports, files."""
+
+    def __init__(self, state_dir: Path, node_id: int, port: int) -> None:
+        self.node_id, self.state_dir = node_id, state_dir
+        self.port, self.controller_port = port, port + 1
+        self.pid_file = state_dir / "broker.pid"
+        self.log_file = state_dir / "broker.log"
+        self.config = state_dir / "server.properties"
+        self.data_dir = state_dir / "data"
+
+    def running_pid(self) -> int | None:
+        """The node's PID if it runs; a stale PID file is removed."""
+        if not self.pid_file.exists():
+            return None
+        pid = int(self.pid_file.read_text().strip() or 0)
+        if pid and pid_alive(pid):
+            return pid
+        self.pid_file.unlink(missing_ok=True)
+        return None
+
+    def log_tail(self, lines: int = 40) -> str:
+        if not self.log_file.exists():
+            return "(no broker log)"
+        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+
+
 class LocalBroker:
-    """One KRaft broker+controller, its files under ``state_dir``, listening on ``port``."""
+    """A KRaft cluster of ``brokers`` nodes (1 or 3), its files under ``state_dir``, the
+    first node listening on ``port``."""
 
     def __init__(
         self,
@@ -67,30 +107,54 @@ class LocalBroker:
         port: int | None = None,
         heap: str | None = None,
         auth: bool | None = None,
+        brokers: int | None = None,
     ) -> None:
         # Defaults come from the environment at construction, so a CLI run can be pointed
-        # at another port and folder (GPUSCHED_LOCAL_KAFKA_PORT, _DIR, _HEAP).
+        # at another port and folder (GPUSCHED_LOCAL_KAFKA_PORT, _DIR, _HEAP, _BROKERS).
         env = os.environ
         state_dir = state_dir or Path(env.get("GPUSCHED_LOCAL_KAFKA_DIR", var_dir() / "kafka"))
         port = port or int(env.get("GPUSCHED_LOCAL_KAFKA_PORT", "19092"))
         heap = heap or env.get("GPUSCHED_LOCAL_KAFKA_HEAP", "512m")
+        # an existing three-node state folder is a three-node cluster unless told otherwise
+        made = "3" if (state_dir / "node-1").is_dir() else "1"
+        brokers = brokers or int(env.get("GPUSCHED_LOCAL_KAFKA_BROKERS", made))
+        if brokers not in (1, 3):
+            raise BrokerError(f"a local cluster has 1 or 3 nodes, not {brokers}")
         if auth is None:
             auth = env.get("GPUSCHED_LOCAL_KAFKA_AUTH", "none") == "scram"
         self.auth = auth
         self.state_dir = state_dir
         self.libs = (cache or cache_dir() / "kafka") / "libs"
-        self.port = port
-        self.controller_port = port + 1
         self.heap = heap
-        self.pid_file = state_dir / "broker.pid"
-        self.log_file = state_dir / "broker.log"
-        self.config = state_dir / "server.properties"
-        self.data_dir = state_dir / "data"
+        self.nodes = (
+            [_Node(state_dir, 1, port)]
+            if brokers == 1
+            else [_Node(state_dir / f"node-{i}", i, port + 2 * (i - 1)) for i in range(1, 4)]
+        )
         self.credentials_file = state_dir / "credentials.json"
 
     @property
+    def port(self) -> int:
+        return self.nodes[0].port
+
+    @property
+    def pid_file(self) -> Path:
+        """The first node's PID file."""
+        return self.nodes[0].pid_file
+
+    @property
+    def log_file(self) -> Path:
+        """The first node's log."""
+        return self.nodes[0].log_file
+
+    @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    @property
+    def replication(self) -> tuple[int, int]:
+        """(replication factor, min.insync.replicas) of the topics on this cluster."""
+        return (1, 1) if len(self.nodes) == 1 else (3, 2)
 
     # -- jars -----------------------------------------------------------------
     def resolve_jars(self) -> None:
@@ -116,49 +180,56 @@ class LocalBroker:
 
     # -- lifecycle ------------------------------------------------------------
     def running_pid(self) -> int | None:
-        """The broker's PID if it runs; a stale PID file is removed."""
-        if not self.pid_file.exists():
-            return None
-        pid = int(self.pid_file.read_text().strip() or 0)
-        if pid and pid_alive(pid):
-            return pid
-        self.pid_file.unlink(missing_ok=True)
-        return None
+        """The first running node's PID; None when no node runs (stale PID files are
+        removed)."""
+        pids = [pid for n in self.nodes if (pid := n.running_pid()) is not None]
+        return pids[0] if pids else None
 
-    def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
+    def stopped_nodes(self) -> list[_Node]:
+        """The nodes that do not run."""
+        return [n for n in self.nodes if n.running_pid() is None]
+
+    def _java(
+        self, main: str, *args: str, heap: str = "256m", node: _Node | None = None
+    ) -> list[str]:
+        logs = (node or self.nodes[0]).state_dir / "log4j2.properties"
         return [
             "java",
             f"-Xmx{heap}",
             "-Xms64m",
             "-XX:+UseSerialGC",
-            f"-Dlog4j2.configurationFile={self.state_dir / 'log4j2.properties'}",
+            f"-Dlog4j2.configurationFile={logs}",
             "-cp",
             f"{self.libs}/*",
             main,
             *args,
         ]
 
-    def _write_config(self) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+    def _write_config(self, node: _Node) -> None:
+        node.state_dir.mkdir(parents=True, exist_ok=True)
         client = "SASL_PLAINTEXT" if self.auth else "PLAINTEXT"
+        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        rf, isr = self.replication
         lines = [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
-            f"listeners={client}://127.0.0.1:{self.port},"
-            f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners={client}://127.0.0.1:{self.port}",
+            f"node.id={node.node_id}",
+            f"controller.quorum.voters={voters}",
+            f"listeners={client}://127.0.0.1:{node.port},"
+            f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            f"advertised.listeners={client}://127.0.0.1:{node.port}",
             "controller.listener.names=CONTROLLER",
             f"listener.security.protocol.map={client}:{client},CONTROLLER:{client}",
             f"inter.broker.listener.name={client}",
-            f"log.dirs={self.data_dir}",
+            f"log.dirs={node.data_dir}",
             "num.partitions=3",
-            "offsets.topic.replication.factor=1",
+            f"default.replication.factor={rf}",
+            f"min.insync.replicas={isr}",
+            f"offsets.topic.replication.factor={rf}",
             "offsets.topic.num.partitions=6",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
+            f"transaction.state.log.replication.factor={rf}",
+            f"transaction.state.log.min.isr={isr}",
+            f"share.coordinator.state.topic.replication.factor={rf}",
+            f"share.coordinator.state.topic.min.isr={isr}",
             "group.initial.rebalance.delay.ms=0",
             "auto.create.topics.enable=false",
             "message.max.bytes=2097152",
@@ -181,8 +252,8 @@ class LocalBroker:
                 "super.users=User:admin",
                 "allow.everyone.if.no.acl.found=false",
             ]
-        self.config.write_text("\n".join([*lines, ""]))
-        (self.state_dir / "log4j2.properties").write_text(
+        node.config.write_text("\n".join([*lines, ""]))
+        (node.state_dir / "log4j2.properties").write_text(
             "status = warn\n"
             "appender.out.type = Console\nappender.out.name = out\n"
             "appender.out.layout.type = PatternLayout\n"
@@ -197,9 +268,9 @@ class LocalBroker:
     def credentials(self) -> dict[str, str]:
         """principal -> password of a broker with authentication (made on first use)."""
         if not self.credentials_file.exists():
-            if (self.data_dir / "meta.properties").exists():
+            if any((n.data_dir / "meta.properties").exists() for n in self.nodes):
                 raise BrokerError(
-                    f"the broker data in {self.data_dir} was formatted without "
+                    f"the broker data in {self.state_dir} was formatted without "
                     "authentication; use another GPUSCHED_LOCAL_KAFKA_DIR or `make clean`"
                 )
             self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -233,6 +304,14 @@ class LocalBroker:
             }
         )
 
+    def provision(self, prefix: str = "") -> list[str]:
+        """Create the deployment's topics under ``prefix`` where missing, replicated as
+        this cluster allows (``replication``), and grant their ACLs; the topics created."""
+        rf, isr = self.replication
+        created = ensure_topics(self.settings(), prefix, replication_factor=rf, min_insync=isr)
+        self.grant(prefix)
+        return created
+
     def grant(self, prefix: str = "") -> None:
         """The ACLs of the deployment whose topics start with ``prefix`` (with auth)."""
         if not self.auth:
@@ -263,8 +342,15 @@ class LocalBroker:
                 raise BrokerError(f"adding ACL {acl} failed:\n{proc.stdout}{proc.stderr}")
 
     def _format(self) -> None:
-        if (self.data_dir / "meta.properties").exists():
+        """Format every node's storage not yet formatted, with one cluster id."""
+        todo = [n for n in self.nodes if not (n.data_dir / "meta.properties").exists()]
+        if not todo:
             return
+        if len(todo) < len(self.nodes):
+            raise BrokerError(
+                f"some nodes of the cluster in {self.state_dir} are formatted and some not; "
+                "use another GPUSCHED_LOCAL_KAFKA_DIR or `make clean`"
+            )
         cluster_id = (
             subprocess.run(
                 self._java("kafka.tools.StorageTool", "random-uuid"),
@@ -279,65 +365,76 @@ class LocalBroker:
         if self.auth:
             for name, password in self.credentials().items():
                 users += ["--add-scram", f"{_SCRAM}=[name={name},password={password}]"]
-        proc = subprocess.run(
-            self._java(
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                cluster_id,
-                "-c",
-                str(self.config),
-                *users,
-            ),
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            raise BrokerError(f"formatting storage failed:\n{proc.stdout}{proc.stderr}")
+        for node in todo:
+            self._write_config(node)
+            proc = subprocess.run(
+                self._java(
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(node.config),
+                    *users,
+                    node=node,
+                ),
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                raise BrokerError(f"formatting storage failed:\n{proc.stdout}{proc.stderr}")
 
     def log_tail(self, lines: int = 40) -> str:
-        if not self.log_file.exists():
-            return "(no broker log)"
-        return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        """The end of every node's log."""
+        if len(self.nodes) == 1:
+            return self.nodes[0].log_tail(lines)
+        return "\n".join(f"-- node {n.node_id}:\n{n.log_tail(lines)}" for n in self.nodes)
 
     def up(self, timeout_s: float = 90.0) -> bool:
-        """Start the broker unless it runs; wait until it answers metadata. True if started."""
-        if self.running_pid() is not None:
-            self._wait_ready(timeout_s)
-            return False
-        # A broker just killed (kill -9) may hold its port for a moment while it dies.
-        deadline = time.monotonic() + 10
-        while port_open(self.port) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if port_open(self.port):
-            raise BrokerError(
-                f"port {self.port} is taken by a process that is not this broker "
-                f"(no live PID in {self.pid_file}); stop it or set GPUSCHED_LOCAL_KAFKA_PORT"
-            )
-        self.resolve_jars()
-        self._write_config()
-        self._format()
-        with self.log_file.open("ab") as log:
-            proc = subprocess.Popen(
-                self._java("kafka.Kafka", str(self.config), heap=self.heap),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{proc.pid}\n")
-        self._wait_ready(timeout_s, proc)
-        return True
+        """Start every node that does not run; wait until all of them answer metadata. True
+        if any was started."""
+        down = self.stopped_nodes()
+        for node in down:
+            # A node just killed (kill -9) may hold its port for a moment while it dies.
+            deadline = time.monotonic() + 10
+            while port_open(node.port) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if port_open(node.port):
+                raise BrokerError(
+                    f"port {node.port} is taken by a process that is not this broker "
+                    f"(no live PID in {node.pid_file}); stop it or set GPUSCHED_LOCAL_KAFKA_PORT"
+                )
+        procs: list[subprocess.Popen[bytes]] = []
+        if down:
+            self.resolve_jars()
+            self._format()
+        for node in down:
+            self._write_config(node)
+            with node.log_file.open("ab") as log:
+                proc = subprocess.Popen(
+                    self._java("kafka.Kafka", str(node.config), heap=self.heap, node=node),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            node.pid_file.write_text(f"{proc.pid}\n")
+            procs.append(proc)
+        self._wait_ready(timeout_s, procs)
+        return bool(down)
 
-    def _wait_ready(self, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    def _wait_ready(
+        self, timeout_s: float, procs: list[subprocess.Popen[bytes]] | None = None
+    ) -> None:
+        """Wait until the cluster answers metadata with every node registered."""
         from aiokafka.admin import AIOKafkaAdminClient
 
         async def answers() -> bool:
             admin = AIOKafkaAdminClient(**self.settings().client_options(), request_timeout_ms=3000)
             try:
                 await admin.start()
-                await admin.describe_cluster()
-                return True
+                cluster = await admin.describe_cluster()
+                return len(cluster["brokers"]) == len(self.nodes)
             except Exception:
                 return False
             finally:
@@ -345,12 +442,14 @@ class LocalBroker:
 
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
-                self.pid_file.unlink(missing_ok=True)
-                raise BrokerError(
-                    f"the broker exited with code {proc.returncode}; log tail:\n{self.log_tail()}"
-                )
-            if port_open(self.port) and asyncio.run(answers()):
+            for node, proc in zip(self.nodes, procs or [], strict=False):
+                if proc.poll() is not None:
+                    node.pid_file.unlink(missing_ok=True)
+                    raise BrokerError(
+                        f"the broker exited with code {proc.returncode}; log tail:\n"
+                        f"{self.log_tail()}"
+                    )
+            if any(port_open(n.port) for n in self.nodes) and asyncio.run(answers()):
                 return
             time.sleep(0.3)
         raise BrokerError(
@@ -358,13 +457,15 @@ class LocalBroker:
         )
 
     def down(self, timeout_s: float = 30.0) -> bool:
-        """Stop the broker by PID: SIGTERM, then SIGKILL. True if one was running."""
-        pid = self.running_pid()
-        if pid is None:
-            return False
-        stop_pid(pid, timeout_s)
-        self.pid_file.unlink(missing_ok=True)
-        return True
+        """Stop every node by PID: SIGTERM, then SIGKILL. True if one was running."""
+        running = [(n, pid) for n in self.nodes if (pid := n.running_pid()) is not None]
+        for _, pid in running:  # all at once, or the last of a quorum waits for the others
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for node, pid in running:
+            stop_pid(pid, max(deadline - time.monotonic(), 0.1))
+            node.pid_file.unlink(missing_ok=True)
+        return bool(running)
 
 
 def _acls(prefix: str) -> list[list[str]]:
@@ -422,9 +523,20 @@ def main(argv: list[str] | None = None) -> int:
         help="SASL/SCRAM and ACLs (also GPUSCHED_LOCAL_KAFKA_AUTH=scram); credentials in "
         "<state>/credentials.json",
     )
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        choices=[1, 3],
+        help="nodes of the cluster (also GPUSCHED_LOCAL_KAFKA_BROKERS; default 1); with 3 the "
+        "topics get 3 replicas and min.insync.replicas=2",
+    )
     args = parser.parse_args(argv)
     external = external_bootstrap()
-    broker = LocalBroker(auth=True if args.auth else None)
+    try:
+        broker = LocalBroker(auth=True if args.auth else None, brokers=args.brokers)
+    except LocalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     try:
         if external:
             if args.command in ("up", "topics"):
@@ -435,20 +547,21 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "up":
             started = broker.up()
-            created = ensure_topics(broker.settings(), args.prefix)
-            broker.grant(args.prefix)
+            created = broker.provision(args.prefix)
             state = "started" if started else "already running"
             print(f"kafka {state} at {broker.bootstrap}; created {len(created)} topics")
         elif args.command == "down":
             print("kafka stopped" if broker.down() else "kafka was not running")
         elif args.command == "topics":
-            created = ensure_topics(broker.settings(), args.prefix)
-            broker.grant(args.prefix)
+            created = broker.provision(args.prefix)
             print(f"created {len(created)} topics")
         else:
+            pids = [f"{pid}" if (pid := n.running_pid()) else "stopped" for n in broker.nodes]
             pid = broker.running_pid()
             print(
-                f"kafka running, pid {pid}, at {broker.bootstrap}" if pid else "kafka not running"
+                f"kafka running, pid {', '.join(pids)}, at {broker.bootstrap}"
+                if pid
+                else "kafka not running"
             )
             return 0 if pid else 3
     except (LocalError, ContractError) as exc:
