@@ -11,9 +11,7 @@ from rich.console import Console
 
 from gpusched.contracts import KafkaSettings
 from gpusched.contracts.provision import ensure_topics
-from gpusched.store import StoreSettings
-from gpusched.store.connection import connect
-from gpusched.store.migrations import migrate
+from gpusched.store import Store, StoreSettings
 
 __all__ = ["store_app", "topics_app"]
 
@@ -53,7 +51,7 @@ def store_migrate() -> None:
     schema migrations (GPUSCHED_STORE_DSN; shipped inside the gpusched.store package)."""
     settings = StoreSettings()
     try:
-        applied = migrate(connect(settings.dsn, settings.database), settings.migrations_dir)
+        applied = Store.open(settings).applied
     except Exception as exc:  # ours (MigrationError) or clickhouse-connect's: not there
         console.print(f"[red]error:[/] the store at {settings.shown_dsn}: {exc}")
         raise typer.Exit(1) from exc

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from clickhouse_connect.driver.client import Client
 
+from gpusched.store.cluster import for_cluster, insert_settings
 from gpusched.store.errors import MigrationError
 
 __all__ = ["Migration", "applied_migrations", "load_migrations", "migrate"]
@@ -40,12 +41,14 @@ class Migration:
     def checksum(self) -> str:
         return hashlib.sha256(self.sql.encode()).hexdigest()
 
-    def statements(self) -> list[str]:
-        """The SQL statements of the file (split on ';' at line ends; comments dropped)."""
+    def statements(self, cluster: str = "") -> list[str]:
+        """The SQL statements of the file (split on ';' at line ends; comments dropped),
+        rewritten for ``cluster`` when one is named."""
         body = "\n".join(
             line for line in self.sql.splitlines() if not line.lstrip().startswith("--")
         )
-        return [s.strip() for s in re.split(r";\s*(?:\n|$)", body) if s.strip()]
+        found = [s.strip() for s in re.split(r";\s*(?:\n|$)", body) if s.strip()]
+        return [c for s in found for c in for_cluster(s, cluster)] if cluster else found
 
 
 def load_migrations(folder: Path) -> list[Migration]:
@@ -64,20 +67,23 @@ def load_migrations(folder: Path) -> list[Migration]:
     return [found[v] for v in sorted(found)]
 
 
-def applied_migrations(client: Client) -> dict[int, str]:
+def applied_migrations(client: Client, cluster: str = "") -> dict[int, str]:
     """version → checksum of the migrations recorded in ``schema_migrations``."""
-    client.command(_LEDGER)
+    for statement in for_cluster(_LEDGER, cluster) if cluster else [_LEDGER]:
+        client.command(statement)
     rows = client.query("SELECT version, checksum FROM schema_migrations ORDER BY version")
     return {int(v): str(c) for v, c in rows.result_rows}
 
 
-def migrate(client: Client, folder: Path) -> list[int]:
+def migrate(client: Client, folder: Path, cluster: str = "") -> list[int]:
     """Apply the migrations not yet recorded, in order; return the versions applied.
+    With ``cluster``, each statement as rewritten for that ClickHouse cluster
+    (``gpusched.store.cluster``); the checksums stay those of the files.
 
     An applied migration whose file has changed since is refused: schema history is
     append-only, so fix forward with a new file.
     """
-    done = applied_migrations(client)
+    done = applied_migrations(client, cluster)
     applied: list[int] = []
     for migration in load_migrations(folder):
         if migration.version in done:
@@ -87,7 +93,7 @@ def migrate(client: Client, folder: Path) -> list[int]:
                     "applied; add a new migration instead"
                 )
             continue
-        for statement in migration.statements():
+        for statement in migration.statements(cluster):
             try:
                 client.command(statement)
             except Exception as exc:
@@ -96,6 +102,7 @@ def migrate(client: Client, folder: Path) -> list[int]:
             "schema_migrations",
             [[migration.version, migration.name, migration.checksum]],
             column_names=["version", "name", "checksum"],
+            settings=insert_settings(cluster),
         )
         applied.append(migration.version)
     return applied

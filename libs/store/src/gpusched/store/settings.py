@@ -32,6 +32,12 @@ class StoreSettings(BaseSettings):
         "or http(s)://user:pw@host:8123 (a ClickHouse server)",
     )
     database: str = Field(default="gpusched", description="ClickHouse database of the tables")
+    cluster: str = Field(
+        default="",
+        description="a ClickHouse cluster (remote_servers) to run on: a Replicated database, "
+        "ReplicatedReplacingMergeTree <table>_local tables and Distributed <table> tables "
+        "(a server DSN only; empty: one server or the embedded engine)",
+    )
     sql_url: str = Field(
         default="http://127.0.0.1:18123",
         description="where other processes (`gpusched sql`, the forecaster) query an embedded "

@@ -11,6 +11,7 @@ from typing import Any
 from clickhouse_connect.driver.client import Client
 from pydantic import BaseModel
 
+from gpusched.store.cluster import insert_settings
 from gpusched.store.connection import connect
 from gpusched.store.migrations import migrate
 from gpusched.store.settings import StoreSettings
@@ -38,16 +39,19 @@ def batch_token(group: str, ranges: Iterable[OffsetRange]) -> str:
 class Store:
     """Writes events into their tables and runs SQL, on a migrated database."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, cluster: str = "", applied: Sequence[int] = ()) -> None:
         self.client = client
+        self.applied = list(applied)  # the migrations this open applied
+        # every insert waits for the engine (no async insert), on a cluster for the shards
+        self._insert: dict[str, Any] = {"async_insert": 0, **insert_settings(cluster)}
 
     @classmethod
     def open(cls, settings: StoreSettings | None = None) -> Store:
         """Connect as ``settings`` say and apply pending migrations."""
         settings = settings or StoreSettings()
-        client = connect(settings.dsn, settings.database)
-        migrate(client, settings.migrations_dir)
-        return cls(client)
+        client = connect(settings.dsn, settings.database, settings.cluster)
+        applied = migrate(client, settings.migrations_dir, settings.cluster)
+        return cls(client, settings.cluster, applied)
 
     def insert_events(
         self, events: Iterable[BaseModel], token: str | None = None
@@ -65,7 +69,7 @@ class Store:
             spec = table_for(model)
             rows = [row for event in batch for row in spec.rows(event)]
             if rows:
-                settings: dict[str, Any] = {"async_insert": 0}
+                settings: dict[str, Any] = dict(self._insert)
                 if token is not None:
                     settings["insert_deduplication_token"] = f"{token}:{spec.name}"
                     settings["deduplicate_blocks_in_dependent_materialized_views"] = 1
@@ -82,7 +86,7 @@ class Store:
             [[group, batch_id, r.topic, r.partition, r.first, r.last] for r in ranges],
             column_names=["consumer_group", "batch_id", "topic", "partition", "first_offset",
                           "last_offset"],
-            settings={"async_insert": 0},
+            settings=self._insert,
         )  # fmt: skip
 
     def planned(self, group: str) -> list[OffsetRange]:
