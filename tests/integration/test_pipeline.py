@@ -21,9 +21,9 @@ from tests.pipeline import Pipeline, produce, write_cluster
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def _start(p: Pipeline) -> None:
-    p.start("sink")
-    p.start("process")
+def _start(p: Pipeline, **env: str) -> None:
+    p.start("sink", **env)
+    p.start("process", **env)
     p.wait_for("the sink's SQL endpoint", lambda: p.scalar("SELECT 1") == 1, timeout=60)
 
 
@@ -52,7 +52,7 @@ def _send(p: Pipeline, events: list[JobEvent | ControlParameter], topic: str) ->
 def test_end_to_end_1000_gpus_60s(pipeline: Pipeline, tmp_path: Path) -> None:
     p = pipeline
     cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=125, gpus_per_node=8)
-    _start(p)
+    _start(p, GPUSCHED_LOG_FORMAT="json")  # and their logs are JSON lines (checked below)
     jobs = _jobs(40)
     running = JobEvent(
         job_id=jobs[0].job_id, type="running", node_ids=("n0000",), gpu_indices=((0, 1, 2, 3),)
@@ -115,6 +115,10 @@ def test_end_to_end_1000_gpus_60s(pipeline: Pipeline, tmp_path: Path) -> None:
     assert [r[1] for r in held] == ["job-000"] * 4 + [None] * 4
     assert "60000" in p.run("sql", "SELECT count() AS samples FROM gpusched.telemetry FINAL")
     assert p.alive() == ["sink", "process"]
+    for service in ("sink", "process"):  # the processor's through Faust's own set-up
+        records = [json.loads(line) for line in p.log(service).splitlines() if line.strip()]
+        assert records, service
+        assert all({"ts", "level", "logger", "message"} <= r.keys() for r in records)
 
 
 def test_sigkill_of_processor_and_sink_loses_nothing(pipeline: Pipeline, tmp_path: Path) -> None:
