@@ -124,7 +124,8 @@ def test_end_to_end_1000_gpus_60s(pipeline: Pipeline, tmp_path: Path) -> None:
 def test_sigkill_of_processor_and_sink_loses_nothing(pipeline: Pipeline, tmp_path: Path) -> None:
     p = pipeline
     cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=64, gpus_per_node=8)
-    _start(p)
+    static = {"GPUSCHED_KAFKA_INSTANCE_ID": "w0"}  # static members: back in their place at once
+    _start(p, **static)
     jobs = _jobs(30)
     _send(p, jobs, JOBS.name(p.prefix))
     collector = p.start(
@@ -146,7 +147,7 @@ def test_sigkill_of_processor_and_sink_loses_nothing(pipeline: Pipeline, tmp_pat
     p.kill("process")
     p.kill("sink")
     restarted = time.time()
-    _start(p)
+    _start(p, **static)
     assert collector.wait(timeout=120) == 0
     total = 80 * 512
     p.wait_for(

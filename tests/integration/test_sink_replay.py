@@ -6,7 +6,10 @@ once even without FINAL, and the hourly materialized view equals the aggregate o
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from tests.pipeline import Pipeline, write_cluster
 
@@ -20,11 +23,15 @@ def test_batch_replayed_after_a_crash_counts_once(pipeline: Pipeline) -> None:
     cluster = write_cluster(p.workdir / "c.cluster.csv", nodes=4, gpus_per_node=8)
     p.run("collect", "--source", "simulated", "--cluster", str(cluster), "--rounds", "5",
           "--speed", "50")  # fmt: skip
-    crashing = p.start("sink", GPUSCHED_SINK_FAILPOINT="after_insert")
+    # a static member (GPUSCHED_KAFKA_INSTANCE_ID): the restarted sink takes the crashed
+    # one's place in the group at once instead of waiting out its session
+    crashing = p.start(
+        "sink", GPUSCHED_SINK_FAILPOINT="after_insert", GPUSCHED_KAFKA_INSTANCE_ID="sink-0"
+    )
     assert crashing.wait(timeout=120) == 70, p.log("sink")  # inserted, then died uncommitted
     assert "failpoint after_insert" in p.log("sink")
 
-    p.start_sink()
+    p.start("sink", GPUSCHED_KAFKA_INSTANCE_ID="sink-0")
     p.wait_for(
         "the offsets committed after the replay",
         lambda: (
@@ -41,3 +48,21 @@ def test_batch_replayed_after_a_crash_counts_once(pipeline: Pipeline) -> None:
         "SELECT count(), round(sum(toFloat64(power_w) * interval_s / 3600), 6) FROM telemetry FINAL"
     )[0]
     assert hourly == raw
+    # one member, the static one (a broker names a static member <instance id>-<uuid>)
+    (member,) = _members(p.bootstrap, f"{p.prefix}gpusched-sink")
+    assert member.startswith("sink-0-sink-"), member
+
+
+def _members(bootstrap: str, group: str) -> list[str]:
+    """The member ids of a consumer group."""
+
+    async def describe() -> list[str]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            (described,) = await admin.describe_consumer_groups([group])
+            return [m["member_id"] for m in described.to_object()["groups"][0]["members"]]
+        finally:
+            await admin.close()
+
+    return asyncio.run(describe())

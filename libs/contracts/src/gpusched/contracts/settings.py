@@ -50,6 +50,13 @@ class KafkaSettings(BaseSettings):
         description="serve GET /healthz (the state of the service's dependencies) on "
         "127.0.0.1:PORT; 0: none (the API has /readyz)",
     )
+    kafka_instance_id: str = Field(
+        default="",
+        description="static group membership (group.instance.id): a stable name per "
+        "replica, e.g. the pod name; a consumer restarted under it within the session "
+        "timeout gets its partitions back without a rebalance of the group. Empty: "
+        "dynamic membership",
+    )
     kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         default="PLAINTEXT",
         description="PLAINTEXT, or SASL_PLAINTEXT / SASL_SSL to authenticate with SCRAM",
@@ -91,6 +98,13 @@ class KafkaSettings(BaseSettings):
 
             options["ssl_context"] = create_ssl_context()
         return options
+
+    def group_options(self, role: str) -> dict[str, Any]:
+        """A group consumer's membership options: with ``kafka_instance_id``, the static
+        member ``<instance id>-<role>`` (``role`` tells this process's groups apart)."""
+        if not self.kafka_instance_id:
+            return {}
+        return {"group_instance_id": f"{self.kafka_instance_id}-{role}"}
 
 
 def producer_options(kafka: KafkaSettings | str) -> dict[str, Any]:

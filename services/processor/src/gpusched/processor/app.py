@@ -82,6 +82,7 @@ class Processor:
             broker_session_timeout=6.0,  # a killed worker's partitions move on within seconds
             broker_heartbeat_interval=2.0,
             producer_linger=0.005,
+            **_static_member(settings),
         )
         app = self.app
         self.jobs = app.Table("jobs", partitions=_TABLE_PARTITIONS)
@@ -235,6 +236,7 @@ class Processor:
                 TELEMETRY.name(prefix),
                 **s.client_options(),
                 group_id=f"{prefix}{s.processor_app_id}-telemetry",
+                **s.group_options("telemetry"),
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 max_partition_fetch_bytes=8 << 20,
@@ -347,6 +349,12 @@ def _credentials(settings: ProcessorSettings) -> faust.SASLCredentials | None:
         ssl_context=options.get("ssl_context"),
         mechanism=options["sasl_mechanism"],
     )
+
+
+def _static_member(settings: ProcessorSettings) -> dict[str, Any]:
+    """Faust's form of the static membership option (its tables' consumer group)."""
+    member = settings.group_options("faust").get("group_instance_id")
+    return {"consumer_group_instance_id": member} if member else {}
 
 
 def _text(key: bytes | str) -> str:

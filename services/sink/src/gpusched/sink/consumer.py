@@ -122,6 +122,7 @@ class Sink:
         consumer = AIOKafkaConsumer(
             **s.client_options(),
             group_id=self.group,
+            **s.group_options("sink"),
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=8 << 20,
