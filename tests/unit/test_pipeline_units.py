@@ -116,6 +116,37 @@ def test_priorities_cover_every_job_with_core_components_and_reasons() -> None:
     assert by_job["high"].score < by_job["low"].score  # high class runs first
     assert all(u.epoch == 7 for u in result.updates)
     assert result.allocated == {"n0": 4.0}
+    # every waiting job has an estimated start: the queue played forward
+    assert by_job["high"].estimated_start is not None
+    assert by_job["low"].estimated_start is not None
+
+
+def test_cpu_only_jobs_run_on_nodes_the_gpu_view_does_not_know(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    view = LiveView(stale_after_s=30)
+    for sample in _samples("n0", 4, T):
+        view.observe(sample)
+    records = {}
+    for event in [
+        _submitted("cpu", 0, gpus=0),
+        _event("cpu", "running", 5, node_ids=("cpu-node-1",), gpu_indices=((),)),
+        _submitted("gpu", 1, gpus=2),
+        _event("gpu", "running", 6, node_ids=("gone",), gpu_indices=((0, 1),)),
+        _submitted("waits", 10, gpus=1),
+    ]:
+        records[event.job_id] = fold_job(records.get(event.job_id), event)
+    now = (T + timedelta(seconds=100)).timestamp()
+    with caplog.at_level("WARNING"):
+        result = compute_priorities(
+            [r for r in records.values() if r], view.nodes.values(), Params(), "dynamic", now, 1
+        )
+    # the CPU-only job runs on a GPU-less node of the snapshot, quietly; a GPU job on a
+    # node the view has never seen is still a mismatch worth a line
+    assert "job cpu" not in caplog.text
+    assert "no room for it: job gpu: unknown node 'gone'" in caplog.text
+    assert {u.job_id for u in result.updates} >= {"cpu", "waits"}
+    assert result.allocated == {"n0": 0.0}  # no view is published for the GPU-less node
 
 
 def test_simulated_source_follows_occupancy_and_power_model() -> None:

@@ -73,7 +73,9 @@ def compute_priorities(
 ) -> PriorityResult:
     """A PriorityUpdate for every pending and running job at ``now``, under ``params``
     (the values of parameter revision ``params_revision``)."""
+    records = list(records)
     specs = [NodeSpec(n.node_id, n.gpu_model, len(n.gpus), _UNLIMITED, _UNLIMITED) for n in nodes]
+    specs += _hosts(records, {s.node_id for s in specs})
     scheduler, misplaced = Scheduler.restore(
         specs,
         make_policy(policy),
@@ -82,8 +84,8 @@ def compute_priorities(
         [_recorded(r, now) for r in records],
         now,
     )
-    for job_id, why in misplaced.items():
-        log.warning("job %s runs where the view has no room: %s", job_id, why)
+    for why in misplaced.values():
+        log.warning("a running job where the view has no room for it: %s", why)
     running = list(scheduler.running)
     pending = scheduler.explain_all(now)
     stamp = datetime.fromtimestamp(now, UTC)
@@ -106,5 +108,20 @@ def compute_priorities(
             )
         )
     for node_id, node in scheduler.state.nodes.items():
-        result.allocated[node_id] = node.spec.num_gpus - node.free_gpu
+        if node.spec.num_gpus:
+            result.allocated[node_id] = node.spec.num_gpus - node.free_gpu
     return result
+
+
+def _hosts(records: list[JobRecord], known: set[str]) -> list[NodeSpec]:
+    """Nodes without GPUs that running CPU-only jobs hold: the live view comes from GPU
+    telemetry and has no record of them, so they join the snapshot as GPU-less nodes of
+    unlimited size (their CPU and memory are not reported), not as "unknown node"."""
+    hosts = {
+        node_id
+        for r in records
+        if r.state == "running" and r.request.num_gpu == 0
+        for node_id in r.node_ids
+        if node_id not in known
+    }
+    return [NodeSpec(node_id, "", 0, _UNLIMITED, _UNLIMITED) for node_id in sorted(hosts)]
