@@ -14,6 +14,7 @@ from gpusched.contracts import (
     DemandForecast,
     ForecastPoint,
     GpuTelemetrySample,
+    HostSample,
     JobEvent,
     JobEventType,
     JobRequest,
@@ -44,6 +45,7 @@ def every_event(t0: datetime = T0) -> list[BaseModel]:
             job_id="j1",
             source="simulated",
         ),
+        HostSample(ts=t0, node_id="cpu1", cpu_milli=96000, memory_mib=786432, interval_s=1.0),
         JobEvent(
             ts=t0,
             job_id="j1",

@@ -189,6 +189,31 @@ async def _read_dlq(bootstrap: str, topic: str, want: int) -> list[dict[str, obj
         await consumer.stop()
 
 
+def test_nodes_without_gpus_are_in_the_live_view(pipeline: Pipeline, tmp_path: Path) -> None:
+    p = pipeline
+    cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=2, gpus_per_node=8)
+    with cluster.open("a") as rows:  # two CPU-only nodes, as openb has
+        rows.write("cpu0,,0,64000,262144\ncpu1,,0,32000,131072\n")
+    _start(p)
+    p.run("collect", "--source", "simulated", "--cluster", str(cluster), "--rounds", "3",
+          "--speed", "30")  # fmt: skip
+    p.wait_for(
+        "a view of every node, GPU or not",
+        lambda: p.scalar("SELECT uniqExact(node_id) FROM node_views") == 4,
+        60,
+    )
+    views = p.sql(
+        "SELECT node_id, argMax(gpu_model, ts), argMax(gpus_total, ts), argMax(healthy, ts) "
+        "FROM node_views GROUP BY node_id ORDER BY node_id"
+    )
+    assert views[:2] == [["cpu0", "none", 0, True], ["cpu1", "none", 0, True]]
+    assert [v[2] for v in views[2:]] == [8, 8]
+    hosts = p.sql("SELECT node_id, count(), any(cpu_milli) FROM host_samples FINAL "
+                  "GROUP BY node_id ORDER BY node_id")  # fmt: skip
+    assert hosts == [["cpu0", 3, 64000], ["cpu1", 3, 32000]]
+    assert p.scalar("SELECT count() FROM telemetry FINAL") == 3 * 16
+
+
 def test_bad_input_goes_to_the_dlq_and_nothing_valid_is_lost(pipeline: Pipeline) -> None:
     p = pipeline
     _start(p)

@@ -11,7 +11,7 @@ import pytest
 
 from gpusched.collector import NoGpuSource, NvmlSource, Occupancy, SimulatedSource
 from gpusched.collector.publisher import TelemetryPublisher
-from gpusched.contracts import JobEvent, JobRequest
+from gpusched.contracts import HostSample, JobEvent, JobRequest
 from gpusched.core import InvalidParameter, NodeSpec, Params, UnknownName
 from gpusched.processor import LiveView, compute_priorities, fold_job
 from gpusched.processor.records import EndedJobs
@@ -286,3 +286,38 @@ def test_every_parameter_is_documented_and_its_default_within_its_bounds(name: s
     if spec.hi is not None and spec.hi < float("inf"):
         with pytest.raises(InvalidParameter, match=f"{name}: .* above its upper bound"):
             Params().with_setting(name, spec.hi * 2 + 1)
+
+
+def test_nodes_without_gpus_are_in_the_view_from_their_host_readings() -> None:
+    nodes = [NodeSpec("g0", "V100", 2, 1000, 1000), NodeSpec("c0", "", 0, 64000, 256000)]
+    source = SimulatedSource(nodes, Occupancy(), 1.0)
+    samples = source.read(T)
+    hosts = [s for s in samples if isinstance(s, HostSample)]
+    assert [(h.node_id, h.cpu_milli, h.memory_mib) for h in hosts] == [("c0", 64000, 256000)]
+    assert source.gpu_count == 2
+    view = LiveView(stale_after_s=30)
+    for sample in samples:
+        if isinstance(sample, HostSample):
+            view.observe_host(sample)
+        else:
+            view.observe(sample)
+    assert [n.node_id for n in view.take_dirty()] == ["c0", "g0"]
+    now = (T + timedelta(seconds=1)).timestamp()
+    cpu = view.node_view("c0", now, allocated=0.0)
+    assert (cpu.gpu_model, cpu.gpus_total, cpu.gpus_allocatable, cpu.healthy) == ("none", 0, 0, True)
+    assert cpu.last_seen == T
+    later = (T + timedelta(seconds=45)).timestamp()  # no reading for 45 s: overdue
+    assert set(view.newly_stale(later)) == {"c0", "g0"}
+    assert not view.node_view("c0", later, allocated=0.0).healthy
+    # a CPU job runs on it in the snapshot, at the size the host reported
+    records = {}
+    for event in [
+        _event("cpu", "submitted", 0, request=JobRequest(num_gpu=0, cpu_milli=8000)),
+        _event("cpu", "running", 5, node_ids=("c0",), gpu_indices=((),)),
+    ]:
+        records[event.job_id] = fold_job(records.get(event.job_id), event)
+    result = compute_priorities(
+        [r for r in records.values() if r], view.nodes.values(), Params(), "dynamic", now, 1
+    )
+    assert [u.job_id for u in result.updates] == ["cpu"]
+    assert result.allocated == {"g0": 0.0}

@@ -24,6 +24,7 @@ __all__ = [
     "Event",
     "ForecastPoint",
     "GpuTelemetrySample",
+    "HostSample",
     "JobEvent",
     "JobEventType",
     "JobRequest",
@@ -87,6 +88,19 @@ class GpuTelemetrySample(Event):
                 f"memory_total_mib ({self.memory_total_mib})"
             )
         return self
+
+
+class HostSample(Event):
+    """That a node without GPUs is there, and its size: one reading per collector round,
+    so the live view has every node, GPU or not. Keyed by ``node_id``."""
+
+    node_id: Name
+    cpu_milli: Annotated[int, Field(ge=0)]
+    memory_mib: Annotated[int, Field(ge=0)]
+    interval_s: Annotated[float, Field(gt=0, le=3600)] = Field(
+        description="sampling interval: the next reading is due after this long"
+    )
+    source: Literal["nvml", "simulated"] = "simulated"
 
 
 class JobEventType(StrEnum):

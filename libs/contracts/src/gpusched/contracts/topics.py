@@ -12,6 +12,7 @@ from gpusched.contracts.events import (
     ControlStatus,
     DemandForecast,
     GpuTelemetrySample,
+    HostSample,
     JobEvent,
     NodeView,
     PlacementDecision,
@@ -40,6 +41,12 @@ class Topic:
 
 
 TELEMETRY = Topic("gpusched.telemetry.v1", GpuTelemetrySample, "gpu_uuid", "GPU telemetry samples")
+HOSTS = Topic(
+    "gpusched.hosts.v1",
+    HostSample,
+    "node_id",
+    "readings of nodes without GPUs (there, and how big)",
+)
 JOBS = Topic("gpusched.jobs.v1", JobEvent, "job_id", "job submissions and lifecycle events")
 VIEW = Topic("gpusched.view.v1", NodeView, "node_id", "live per-node resource view (compacted)")
 PRIORITIES = Topic("gpusched.priorities.v1", PriorityUpdate, "job_id", "recomputed job priorities")
@@ -61,6 +68,7 @@ CONTROL_STATUS = Topic(
 
 TOPICS: tuple[Topic, ...] = (
     TELEMETRY,
+    HOSTS,
     JOBS,
     VIEW,
     PRIORITIES,

@@ -97,7 +97,10 @@ def for_cluster(statement: str, cluster: str) -> list[str]:
 
 
 def _table(match: re.Match[str], cluster: str) -> list[str]:
-    name, rest = match["name"], match["rest"]
+    name = match["name"]
+    rest = match["rest"].replace(
+        "non_replicated_deduplication_window", "replicated_deduplication_window"
+    )
     order = _ORDER.search(rest)
     if order is None:
         raise MigrationError(f"table {name} has no ORDER BY to shard on")

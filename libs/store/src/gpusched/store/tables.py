@@ -13,6 +13,7 @@ from gpusched.contracts import (
     ControlStatus,
     DemandForecast,
     GpuTelemetrySample,
+    HostSample,
     JobEvent,
     NodeView,
     PlacementDecision,
@@ -163,8 +164,11 @@ _VIEW_COLUMNS = (
     "last_seen",
 )
 
+_HOST_COLUMNS = ("event_id", "ts", "node_id", "cpu_milli", "memory_mib", "interval_s", "source")
+
 TABLES: tuple[TableSpec, ...] = (
     TableSpec("telemetry", GpuTelemetrySample, _TELEMETRY_COLUMNS, _fields(_TELEMETRY_COLUMNS)),
+    TableSpec("host_samples", HostSample, _HOST_COLUMNS, _fields(_HOST_COLUMNS)),
     TableSpec(
         "job_events",
         JobEvent,

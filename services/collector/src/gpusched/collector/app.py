@@ -19,7 +19,7 @@ from gpusched.collector.simulated import SimulatedSource
 from gpusched.contracts import JobEvent
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import service_health
-from gpusched.contracts.topics import JOBS, TELEMETRY
+from gpusched.contracts.topics import JOBS
 from gpusched.sim import load_cluster
 
 __all__ = [
@@ -121,9 +121,7 @@ async def _run_collector(
     occupancy = Occupancy()
     source, clock = build_source(settings, occupancy)
     prefix = settings.topic_prefix
-    publisher = TelemetryPublisher(
-        settings, TELEMETRY.name(prefix), settings.collector_buffer_samples
-    )
+    publisher = TelemetryPublisher(settings, prefix, settings.collector_buffer_samples)
     caught_up = asyncio.Event()
     follower = asyncio.create_task(
         follow_topic(settings, JOBS.name(prefix), JobEvent, occupancy.apply, caught_up)

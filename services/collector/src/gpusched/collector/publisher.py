@@ -1,4 +1,5 @@
-"""Publishing samples to the telemetry topic through a bounded buffer that survives outages.
+"""Publishing samples through a bounded buffer that survives outages: GPU samples to the
+telemetry topic, readings of nodes without GPUs to the hosts topic.
 
 ``offer`` never blocks the sampling loop: samples wait in a buffer of at most ``capacity``;
 when it is full the oldest are dropped and counted (``dropped``), and a warning says how
@@ -16,33 +17,37 @@ from collections.abc import Iterable
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
-from gpusched.contracts import GpuTelemetrySample, encode
+from gpusched.contracts import GpuTelemetrySample, HostSample, encode
 from gpusched.contracts.metrics import PRODUCED
 from gpusched.contracts.settings import KafkaSettings, producer_options
-from gpusched.contracts.topics import TELEMETRY
+from gpusched.contracts.topics import HOSTS, TELEMETRY
 
 __all__ = ["TelemetryPublisher"]
 
 log = logging.getLogger(__name__)
 
 
+Sample = GpuTelemetrySample | HostSample
+
+
 class TelemetryPublisher:
-    """Buffer and send samples keyed by GPU UUID."""
+    """Buffer and send samples: a GPU's keyed by its UUID to the telemetry topic, a GPU-less
+    node's keyed by node id to the hosts topic (both under ``prefix``)."""
 
     def __init__(
-        self, kafka: KafkaSettings | str, topic: str, capacity: int, batch_size: int = 5_000
+        self, kafka: KafkaSettings | str, prefix: str, capacity: int, batch_size: int = 5_000
     ) -> None:
         self.kafka = kafka
-        self.topic = topic
+        self.topics = {GpuTelemetrySample: TELEMETRY.name(prefix), HostSample: HOSTS.name(prefix)}
         self.capacity = capacity
         self.batch_size = batch_size
-        self.buffer: deque[GpuTelemetrySample] = deque()
+        self.buffer: deque[Sample] = deque()
         self.sent = 0
         self.dropped = 0
         self._producer: AIOKafkaProducer | None = None
         self._failing = False
 
-    def offer(self, samples: Iterable[GpuTelemetrySample]) -> None:
+    def offer(self, samples: Iterable[Sample]) -> None:
         """Queue samples; drop (and count) the oldest beyond capacity."""
         self.buffer.extend(samples)
         excess = len(self.buffer) - self.capacity
@@ -85,12 +90,16 @@ class TelemetryPublisher:
             self._failing = False
         return True
 
-    async def _send(self, producer: AIOKafkaProducer, batch: list[GpuTelemetrySample]) -> None:
-        futures = [
-            await producer.send(self.topic, encode(s), key=s.gpu_uuid.encode()) for s in batch
-        ]
+    async def _send(self, producer: AIOKafkaProducer, batch: list[Sample]) -> None:
+        futures = []
+        hosts = 0
+        for s in batch:
+            key = s.node_id if isinstance(s, HostSample) else s.gpu_uuid
+            hosts += isinstance(s, HostSample)
+            futures.append(await producer.send(self.topics[type(s)], encode(s), key=key.encode()))
         await asyncio.gather(*futures)
-        PRODUCED.labels(topic=TELEMETRY.base).inc(len(batch))
+        PRODUCED.labels(topic=TELEMETRY.base).inc(len(batch) - hosts)
+        PRODUCED.labels(topic=HOSTS.base).inc(hosts)
 
     async def _connected(self) -> AIOKafkaProducer:
         if self._producer is None:

@@ -1,4 +1,5 @@
-"""Simulated GPUs: samples for a cluster CSV, from what runs where and the power model.
+"""Simulated GPUs: samples for a cluster CSV, from what runs where and the power model;
+nodes without GPUs read as a HostSample each (there, and how big).
 
 A GPU a job holds reads busy (utilization, clocks, memory and the power model's busy draw
 scaled by the job's share, with a little seeded noise); an idle GPU reads its idle draw.
@@ -11,7 +12,7 @@ import random
 from datetime import datetime
 
 from gpusched.collector.occupancy import Occupancy
-from gpusched.contracts import GpuTelemetrySample
+from gpusched.contracts import GpuTelemetrySample, HostSample
 from gpusched.core import NodeSpec, PowerModel
 
 __all__ = ["SimulatedSource"]
@@ -38,6 +39,7 @@ class SimulatedSource:
         seed: int = 0,
     ) -> None:
         self.nodes = [n for n in nodes if n.num_gpus > 0]
+        self.hosts = [n for n in nodes if n.num_gpus == 0]  # CPU-only: a HostSample each
         self.occupancy = occupancy
         self.interval_s = interval_s
         self.power = power or PowerModel()
@@ -47,9 +49,19 @@ class SimulatedSource:
     def gpu_count(self) -> int:
         return sum(n.num_gpus for n in self.nodes)
 
-    def read(self, now: datetime) -> list[GpuTelemetrySample]:
-        """One sample per simulated GPU, stamped ``now``."""
-        samples = []
+    def read(self, now: datetime) -> list[GpuTelemetrySample | HostSample]:
+        """One sample per simulated GPU and one per node without GPUs, stamped ``now``."""
+        samples: list[GpuTelemetrySample | HostSample] = [
+            HostSample(
+                ts=now,
+                node_id=host.node_id,
+                cpu_milli=host.cpu_milli,
+                memory_mib=host.memory_mib,
+                interval_s=self.interval_s,
+                source="simulated",
+            )
+            for host in self.hosts
+        ]
         noise = self._rng.random
         for node in self.nodes:
             watts = self.power.gpu(node.gpu_model)

@@ -30,6 +30,7 @@ from gpusched.contracts import (
     ControlParameter,
     ControlStatus,
     GpuTelemetrySample,
+    HostSample,
     JobEvent,
     dead_letter,
     dead_letter_for,
@@ -43,6 +44,7 @@ from gpusched.contracts.metrics import CONSUMED, DEAD_LETTERED, PRODUCED
 from gpusched.contracts.topics import (
     CONTROL,
     CONTROL_STATUS,
+    HOSTS,
     JOBS,
     PRIORITIES,
     TELEMETRY,
@@ -101,7 +103,7 @@ class Processor:
         self._out = {
             t.base: self._topic(t.name(prefix)) for t in (VIEW, PRIORITIES, CONTROL_STATUS)
         }
-        self._dlq = {t.base: self._topic(t.dlq(prefix)) for t in (TELEMETRY, JOBS, CONTROL)}
+        self._dlq = {t.base: self._topic(t.dlq(prefix)) for t in (TELEMETRY, HOSTS, JOBS, CONTROL)}
         app.agent(self._topic(JOBS.name(prefix)), name="jobs")(self._on_jobs)
         app.agent(self._topic(CONTROL.name(prefix)), name="control")(self._on_control)
         app.task(self._restore)
@@ -234,6 +236,7 @@ class Processor:
         while True:
             consumer = AIOKafkaConsumer(
                 TELEMETRY.name(prefix),
+                HOSTS.name(prefix),
                 **s.client_options(),
                 group_id=f"{prefix}{s.processor_app_id}-telemetry",
                 **s.group_options("telemetry"),
@@ -259,18 +262,20 @@ class Processor:
                 await consumer.stop()
 
     async def _ingest(self, batches: dict[Any, list[Any]]) -> None:
-        dlq = self._dlq[TELEMETRY.base]
-        for records in batches.values():
-            CONSUMED.labels(topic=TELEMETRY.base).inc(len(records))
+        hosts = HOSTS.name(self.prefix)
+        for tp, records in batches.items():
+            topic = HOSTS if tp.topic == hosts else TELEMETRY
+            CONSUMED.labels(topic=topic.base).inc(len(records))
             for record in records:
                 try:
-                    sample = decode(GpuTelemetrySample, record.value or b"")
+                    if topic is HOSTS:
+                        self.view.observe_host(decode(HostSample, record.value or b""))
+                    else:
+                        self.view.observe(decode(GpuTelemetrySample, record.value or b""))
                 except ContractError as exc:
                     dead = dead_letter_for(record, exc)
-                    await dlq.send(value=dead.model_dump_json().encode())
-                    DEAD_LETTERED.labels(topic=TELEMETRY.dlq()).inc()
-                    continue
-                self.view.observe(sample)
+                    await self._dlq[topic.base].send(value=dead.model_dump_json().encode())
+                    DEAD_LETTERED.labels(topic=topic.dlq()).inc()
         await self._publish_views([n.node_id for n in self._persist_dirty()])
 
     def _persist_dirty(self) -> list[NodeRecord]:

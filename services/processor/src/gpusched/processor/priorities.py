@@ -25,13 +25,13 @@ from gpusched.core import (
     make_placement,
     make_policy,
 )
-from gpusched.processor.records import JobRecord, NodeRecord
+from gpusched.processor.records import NO_GPU, JobRecord, NodeRecord
 
 __all__ = ["PriorityResult", "compute_priorities"]
 
 log = logging.getLogger(__name__)
 
-_UNLIMITED = 1 << 40  # the view knows GPUs, not host CPU or memory
+_UNLIMITED = 1 << 40  # the view knows GPUs, not the CPU or memory of a GPU node
 
 
 @dataclass
@@ -74,7 +74,11 @@ def compute_priorities(
     """A PriorityUpdate for every pending and running job at ``now``, under ``params``
     (the values of parameter revision ``params_revision``)."""
     records = list(records)
-    specs = [NodeSpec(n.node_id, n.gpu_model, len(n.gpus), _UNLIMITED, _UNLIMITED) for n in nodes]
+    specs = [
+        NodeSpec(n.node_id, n.gpu_model, len(n.gpus), n.cpu_milli or _UNLIMITED,
+                 n.memory_mib or _UNLIMITED)
+        for n in nodes
+    ]  # fmt: skip
     specs += _hosts(records, {s.node_id for s in specs})
     scheduler, misplaced = Scheduler.restore(
         specs,
@@ -114,9 +118,9 @@ def compute_priorities(
 
 
 def _hosts(records: list[JobRecord], known: set[str]) -> list[NodeSpec]:
-    """Nodes without GPUs that running CPU-only jobs hold: the live view comes from GPU
-    telemetry and has no record of them, so they join the snapshot as GPU-less nodes of
-    unlimited size (their CPU and memory are not reported), not as "unknown node"."""
+    """Nodes without GPUs that running CPU-only jobs hold but the view has no reading of
+    yet (a collector that does not report hosts): they join the snapshot as GPU-less
+    nodes of unlimited size, not as "unknown node"."""
     hosts = {
         node_id
         for r in records
@@ -124,4 +128,4 @@ def _hosts(records: list[JobRecord], known: set[str]) -> list[NodeSpec]:
         for node_id in r.node_ids
         if node_id not in known
     }
-    return [NodeSpec(node_id, "", 0, _UNLIMITED, _UNLIMITED) for node_id in sorted(hosts)]
+    return [NodeSpec(node_id, NO_GPU, 0, _UNLIMITED, _UNLIMITED) for node_id in sorted(hosts)]

@@ -10,9 +10,11 @@ import heapq
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusched.contracts import GpuTelemetrySample, JobEvent, JobEventType, JobRequest
+from gpusched.contracts import GpuTelemetrySample, HostSample, JobEvent, JobEventType, JobRequest
 
-__all__ = ["EndedJobs", "GpuReading", "JobRecord", "NodeRecord", "fold_job"]
+__all__ = ["NO_GPU", "EndedJobs", "GpuReading", "JobRecord", "NodeRecord", "fold_job"]
+
+NO_GPU = "none"  # the GPU model of a node without GPUs, in its record and its NodeView
 
 
 class JobRecord(BaseModel):
@@ -81,13 +83,23 @@ class GpuReading(BaseModel):
 
 
 class NodeRecord(BaseModel):
-    """The latest reading of every GPU of one node."""
+    """The latest reading of every GPU of one node; of a node without GPUs, its latest
+    host reading (when, and its size)."""
 
     model_config = ConfigDict(extra="forbid")
 
     node_id: str
     gpu_model: str
     gpus: dict[str, GpuReading] = {}
+    host_ts: float | None = None
+    cpu_milli: int | None = None
+    memory_mib: int | None = None
+
+    def observe_host(self, sample: HostSample) -> None:
+        """Keep ``sample`` if it is the newest host reading."""
+        ts = sample.ts.timestamp()
+        if self.host_ts is None or ts >= self.host_ts:
+            self.host_ts, self.cpu_milli, self.memory_mib = ts, sample.cpu_milli, sample.memory_mib
 
     def observe(self, sample: GpuTelemetrySample) -> None:
         """Keep ``sample`` if it is the newest of its GPU."""

@@ -1,11 +1,12 @@
-"""The live resource view: node records from telemetry, turned into NodeView events."""
+"""The live resource view: node records from telemetry (and the host readings of nodes
+without GPUs), turned into NodeView events."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gpusched.contracts import GpuTelemetrySample, NodeView
-from gpusched.processor.records import NodeRecord
+from gpusched.contracts import GpuTelemetrySample, HostSample, NodeView
+from gpusched.processor.records import NO_GPU, NodeRecord
 
 __all__ = ["LiveView"]
 
@@ -17,7 +18,7 @@ class LiveView:
         self.stale_after_s = stale_after_s
         self.nodes: dict[str, NodeRecord] = {}
         self.dirty: set[str] = set()
-        self._stale: dict[str, tuple[str, ...]] = {}
+        self._stale: dict[str, tuple[tuple[str, ...], bool]] = {}
 
     def load(self, record: NodeRecord) -> None:
         """Restore a node from the table after a restart."""
@@ -32,6 +33,13 @@ class LiveView:
         node.observe(sample)
         self.dirty.add(sample.node_id)
 
+    def observe_host(self, sample: HostSample) -> None:
+        node = self.nodes.get(sample.node_id)
+        if node is None:
+            node = self.nodes[sample.node_id] = NodeRecord(node_id=sample.node_id, gpu_model=NO_GPU)
+        node.observe_host(sample)
+        self.dirty.add(sample.node_id)
+
     def take_dirty(self) -> list[NodeRecord]:
         """The nodes changed since the last call."""
         changed = [self.nodes[n] for n in sorted(self.dirty)]
@@ -39,11 +47,11 @@ class LiveView:
         return changed
 
     def newly_stale(self, now: float) -> list[str]:
-        """Nodes whose set of stale GPUs changed since it was last reported."""
+        """Nodes whose stale GPUs (or stale host reading) changed since last reported."""
         changed = []
         for node_id, node in self.nodes.items():
-            stale = self.stale_gpus(node, now)
-            if stale != self._stale.get(node_id, ()):
+            stale = (self.stale_gpus(node, now), self.host_stale(node, now))
+            if stale != self._stale.get(node_id, ((), False)):
                 self._stale[node_id] = stale
                 changed.append(node_id)
         return changed
@@ -51,12 +59,17 @@ class LiveView:
     def stale_gpus(self, node: NodeRecord, now: float) -> tuple[str, ...]:
         return tuple(sorted(u for u, g in node.gpus.items() if now - g.ts > self.stale_after_s))
 
+    def host_stale(self, node: NodeRecord, now: float) -> bool:
+        """A node without GPUs whose host reading is overdue."""
+        return node.host_ts is not None and now - node.host_ts > self.stale_after_s
+
     def node_view(self, node_id: str, now: float, allocated: float) -> NodeView:
         """The NodeView of one node at ``now``: stale or erroring GPUs are not allocatable."""
         node = self.nodes[node_id]
         stale = self.stale_gpus(node, now)
         broken = {u for u, g in node.gpus.items() if g.ecc_uncorrected > 0}
         fresh = [g for u, g in node.gpus.items() if u not in stale]
+        seen = [g.ts for g in node.gpus.values()] + ([node.host_ts] if node.host_ts else [])
         return NodeView(
             ts=datetime.fromtimestamp(now, UTC),
             node_id=node_id,
@@ -66,9 +79,7 @@ class LiveView:
             gpus_allocated=allocated,
             utilization_pct=sum(g.utilization_pct for g in fresh) / len(fresh) if fresh else 0.0,
             power_w=sum(g.power_w for g in fresh),
-            healthy=not broken and not stale,
+            healthy=not broken and not stale and not self.host_stale(node, now),
             stale_gpus=stale,
-            last_seen=datetime.fromtimestamp(max(g.ts for g in node.gpus.values()), UTC)
-            if node.gpus
-            else None,
+            last_seen=datetime.fromtimestamp(max(seen), UTC) if seen else None,
         )
