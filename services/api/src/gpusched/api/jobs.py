@@ -133,7 +133,9 @@ def cluster_models(store: StoreSettings | None = None) -> dict[str, int]:
     the store has no view yet (then only the contract is checked)."""
     try:
         answer = read_query(
-            "SELECT gpu_model, max(gpus_total) FROM node_views FINAL GROUP BY gpu_model", store
+            "SELECT gpu_model, max(gpus_total) AS most FROM node_views FINAL "
+            "GROUP BY gpu_model HAVING most > 0",  # nodes without GPUs have no model
+            store,
         )
     except StoreError:
         return {}
