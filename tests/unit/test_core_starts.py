@@ -67,3 +67,10 @@ def test_jobs_that_can_never_run_get_no_start() -> None:
     sched.submit(job("h100", 1, 0, models="H100"), 0)
     sched.submit(job("huge", 16, 0), 0)
     assert estimate_starts(sched, 0) == {}
+
+
+def test_nodes_without_gpus_are_no_place_for_a_gang() -> None:
+    sched = _fifo(("a", 4), ("b", 4), ("cpu", 0))
+    sched.submit(job("gang", 8, 0), 0)
+    sched.submit(job("cpu-job", 0, 0), 0)
+    assert estimate_starts(sched, 0) == {"gang": 0, "cpu-job": 0}

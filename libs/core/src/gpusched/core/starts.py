@@ -137,10 +137,10 @@ def _plan_spanning(
     """A gang larger than any node: whole nodes of one size, from when enough of them are
     empty together for the whole run."""
     best: tuple[float, list[_Profile]] | None = None
-    for size in {p.size for p in profiles}:
+    for size in {p.size for p in profiles if p.size > 0}:  # nodes without GPUs hold no gang
         same = [p for p in profiles if p.size == size]
         count = int(-(-need // size))
-        if size <= 0 or len(same) < count:
+        if len(same) < count:
             continue
         t = now
         for _ in range(len(same)):  # each round moves t later, or settles
