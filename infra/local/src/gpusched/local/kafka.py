@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import secrets
 import signal
@@ -404,7 +405,7 @@ class LocalBroker:
                     f"port {node.port} is taken by a process that is not this broker "
                     f"(no live PID in {node.pid_file}); stop it or set GPUSCHED_LOCAL_KAFKA_PORT"
                 )
-        procs: list[subprocess.Popen[bytes]] = []
+        started: list[tuple[_Node, subprocess.Popen[bytes]]] = []
         if down:
             self.resolve_jars()
             self._format()
@@ -419,12 +420,12 @@ class LocalBroker:
                     start_new_session=True,
                 )
             node.pid_file.write_text(f"{proc.pid}\n")
-            procs.append(proc)
-        self._wait_ready(timeout_s, procs)
+            started.append((node, proc))
+        self._wait_ready(timeout_s, started)
         return bool(down)
 
     def _wait_ready(
-        self, timeout_s: float, procs: list[subprocess.Popen[bytes]] | None = None
+        self, timeout_s: float, started: list[tuple[_Node, subprocess.Popen[bytes]]]
     ) -> None:
         """Wait until the cluster answers metadata with every node registered."""
         from aiokafka.admin import AIOKafkaAdminClient
@@ -440,18 +441,24 @@ class LocalBroker:
             finally:
                 await admin.close()
 
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for node, proc in zip(self.nodes, procs or [], strict=False):
-                if proc.poll() is not None:
-                    node.pid_file.unlink(missing_ok=True)
-                    raise BrokerError(
-                        f"the broker exited with code {proc.returncode}; log tail:\n"
-                        f"{self.log_tail()}"
-                    )
-            if any(port_open(n.port) for n in self.nodes) and asyncio.run(answers()):
-                return
-            time.sleep(0.3)
+        quiet = logging.getLogger("aiokafka")  # "Unable connect" while nodes start
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                for node, proc in started:
+                    if proc.poll() is not None:
+                        node.pid_file.unlink(missing_ok=True)
+                        raise BrokerError(
+                            f"the broker exited with code {proc.returncode}; log tail:\n"
+                            f"{self.log_tail()}"
+                        )
+                if any(port_open(n.port) for n in self.nodes) and asyncio.run(answers()):
+                    return
+                time.sleep(0.3)
+        finally:
+            quiet.setLevel(level)
         raise BrokerError(
             f"the broker did not answer within {timeout_s}s; log tail:\n{self.log_tail()}"
         )
