@@ -24,7 +24,7 @@ from tests.pipeline import Pipeline, free_ports, write_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
-ROUNDS = 40  # collector rounds, 1 s apart
+ROUNDS = 25  # collector rounds, 1 s apart
 NODES, GPUS = 4, 8
 
 
