@@ -197,20 +197,23 @@ def test_nodes_without_gpus_are_in_the_live_view(pipeline: Pipeline, tmp_path: P
     _start(p)
     p.run("collect", "--source", "simulated", "--cluster", str(cluster), "--rounds", "3",
           "--speed", "30")  # fmt: skip
+    # and this machine, as a real node without GPUs
+    p.run("collect", "--source", "host", "--rounds", "1", GPUSCHED_COLLECTOR_NODE_ID="cpu2")
     p.wait_for(
         "a view of every node, GPU or not",
-        lambda: p.scalar("SELECT uniqExact(node_id) FROM node_views") == 4,
+        lambda: p.scalar("SELECT uniqExact(node_id) FROM node_views") == 5,
         60,
     )
     views = p.sql(
         "SELECT node_id, argMax(gpu_model, ts), argMax(gpus_total, ts), argMax(healthy, ts) "
         "FROM node_views GROUP BY node_id ORDER BY node_id"
     )
-    assert views[:2] == [["cpu0", "none", 0, True], ["cpu1", "none", 0, True]]
-    assert [v[2] for v in views[2:]] == [8, 8]
+    assert views[:3] == [[f"cpu{i}", "none", 0, True] for i in range(3)]
+    assert [v[2] for v in views[3:]] == [8, 8]
     hosts = p.sql("SELECT node_id, count(), any(cpu_milli) FROM host_samples FINAL "
                   "GROUP BY node_id ORDER BY node_id")  # fmt: skip
-    assert hosts == [["cpu0", 3, 64000], ["cpu1", 3, 32000]]
+    assert hosts[:2] == [["cpu0", 3, 64000], ["cpu1", 3, 32000]]
+    assert hosts[2][:2] == ["cpu2", 1]
     assert p.scalar("SELECT count() FROM telemetry FINAL") == 3 * 16
 
 

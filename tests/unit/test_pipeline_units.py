@@ -9,7 +9,14 @@ from typing import Any
 
 import pytest
 
-from gpusched.collector import NoGpuSource, NvmlSource, Occupancy, SimulatedSource
+from gpusched.collector import (
+    CollectorSettings,
+    NoGpuSource,
+    NvmlSource,
+    Occupancy,
+    SimulatedSource,
+    build_source,
+)
 from gpusched.collector.publisher import TelemetryPublisher
 from gpusched.contracts import HostSample, JobEvent, JobRequest
 from gpusched.core import InvalidParameter, NodeSpec, Params, UnknownName
@@ -322,3 +329,13 @@ def test_nodes_without_gpus_are_in_the_view_from_their_host_readings() -> None:
     )
     assert [u.job_id for u in result.updates] == ["cpu"]
     assert result.allocated == {"g0": 0.0}
+
+
+def test_a_node_without_gpus_reads_as_a_host_sample() -> None:
+    settings = CollectorSettings(collector_source="host", collector_node_id="cpu-7")
+    source, _ = build_source(settings, Occupancy())
+    (sample,) = source.read(T)
+    assert (sample.node_id, sample.source, sample.ts) == ("cpu-7", "host", T)
+    assert sample.cpu_milli >= 1000
+    assert sample.memory_mib > 0
+    assert (source.gpu_count, source.host_count) == (0, 1)

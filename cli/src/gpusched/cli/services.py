@@ -85,7 +85,7 @@ def _until_signal(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:
 
 
 def collect(
-    source: Annotated[str | None, typer.Option(help="nvml or simulated")] = None,
+    source: Annotated[str | None, typer.Option(help="nvml, host (no GPUs) or simulated")] = None,
     cluster: Annotated[Path | None, typer.Option(help="*.cluster.csv to simulate")] = None,
     interval: Annotated[float | None, typer.Option(help="seconds between samples")] = None,
     speed: Annotated[float | None, typer.Option(help="simulated clock speed-up")] = None,

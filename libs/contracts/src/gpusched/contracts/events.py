@@ -100,7 +100,7 @@ class HostSample(Event):
     interval_s: Annotated[float, Field(gt=0, le=3600)] = Field(
         description="sampling interval: the next reading is due after this long"
     )
-    source: Literal["nvml", "simulated"] = "simulated"
+    source: Literal["host", "simulated"] = "simulated"
 
 
 class JobEventType(StrEnum):

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from gpusched.collector.errors import NoGpuSource
+from gpusched.collector.host import HostSource
 from gpusched.collector.nvml import NvmlSource
 from gpusched.collector.occupancy import Occupancy
 from gpusched.collector.publisher import TelemetryPublisher
@@ -86,9 +87,11 @@ class SimulatedClock:
 
 def build_source(
     settings: CollectorSettings, occupancy: Occupancy
-) -> tuple[NvmlSource | SimulatedSource, Clock]:
-    """The configured GPU source and its clock; NoGpuSource says what is missing."""
+) -> tuple[NvmlSource | HostSource | SimulatedSource, Clock]:
+    """The configured source and its clock; NoGpuSource says what is missing."""
     interval = settings.collector_interval_s
+    if settings.collector_source == "host":
+        return HostSource(interval, settings.collector_node_id), WallClock(interval)
     if settings.collector_source == "simulated":
         if settings.collector_cluster is None:
             raise NoGpuSource(
@@ -132,8 +135,11 @@ async def _run_collector(
         log.warning("jobs topic not read within %.0f s; GPUs read idle until it is", _CATCH_UP_S)
     start, wall0 = datetime.now(UTC), time.monotonic()
     log.info(
-        "collecting %d %s GPUs every %.3g s",
-        *(source.gpu_count, source.source, settings.collector_interval_s),
+        "collecting %d %s GPUs%s every %.3g s",
+        source.gpu_count,
+        source.source,
+        f" and {source.host_count} node(s) without GPUs" if source.host_count else "",
+        settings.collector_interval_s,
     )
     rounds = 0
     try:

@@ -24,6 +24,7 @@ class NvmlSource:
     """
 
     source = "nvml"
+    host_count = 0  # a machine with GPUs is read by them
 
     def __init__(
         self,
@@ -38,7 +39,8 @@ class NvmlSource:
             nvml.nvmlInit()
         except nvml.NVMLError as exc:
             raise NoGpuSource(
-                f"NVML is not available on this machine ({exc}); to run without GPUs set "
+                f"NVML is not available on this machine ({exc}); on a node without GPUs set "
+                "GPUSCHED_COLLECTOR_SOURCE=host; to simulate GPUs set "
                 "GPUSCHED_COLLECTOR_SOURCE=simulated and GPUSCHED_COLLECTOR_CLUSTER=<cluster.csv>"
             ) from exc
         self.node_id = node_id or socket.gethostname()
@@ -48,7 +50,10 @@ class NvmlSource:
             nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())
         ]
         if not self.handles:
-            raise NoGpuSource("NVML found no GPU on this machine")
+            raise NoGpuSource(
+                "NVML found no GPU on this machine; on a node without GPUs set "
+                "GPUSCHED_COLLECTOR_SOURCE=host"
+            )
 
     @property
     def gpu_count(self) -> int:

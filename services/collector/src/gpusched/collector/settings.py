@@ -18,15 +18,16 @@ class CollectorSettings(KafkaSettings):
 
     model_config = SettingsConfigDict(env_prefix="GPUSCHED_", frozen=True, extra="ignore")
 
-    collector_source: Literal["nvml", "simulated"] = Field(
+    collector_source: Literal["nvml", "host", "simulated"] = Field(
         default="nvml",
-        description="nvml: read this machine's GPUs; simulated: GPUs of collector_cluster",
+        description="nvml: read this machine's GPUs; host: this machine as a node without "
+        "GPUs (its CPUs and memory); simulated: the nodes of collector_cluster",
     )
     collector_cluster: Path | None = Field(
         default=None, description="*.cluster.csv of the simulated GPUs (source=simulated)"
     )
     collector_node_id: str | None = Field(
-        default=None, description="node id of this machine's GPUs (nvml; default: host name)"
+        default=None, description="node id of this machine (nvml, host; default: host name)"
     )
     collector_interval_s: float = Field(default=1.0, gt=0, le=3600, description="sampling period")
     collector_speed: float = Field(

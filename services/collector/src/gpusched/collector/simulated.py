@@ -49,6 +49,10 @@ class SimulatedSource:
     def gpu_count(self) -> int:
         return sum(n.num_gpus for n in self.nodes)
 
+    @property
+    def host_count(self) -> int:
+        return len(self.hosts)
+
     def read(self, now: datetime) -> list[GpuTelemetrySample | HostSample]:
         """One sample per simulated GPU and one per node without GPUs, stamped ``now``."""
         samples: list[GpuTelemetrySample | HostSample] = [
