@@ -21,7 +21,7 @@ from gpusched.collector.publisher import TelemetryPublisher
 from gpusched.contracts import HostSample, JobEvent, JobRequest
 from gpusched.core import InvalidParameter, NodeSpec, Params, UnknownName
 from gpusched.processor import LiveView, compute_priorities, fold_job
-from gpusched.processor.records import EndedJobs
+from gpusched.processor.records import EndedJobs, JobRecord
 
 T = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -73,6 +73,14 @@ def test_ended_jobs_keep_the_newest_per_tenant() -> None:
     assert end("a3", "a", 40) == ["a0"]
 
 
+def _records(*events: JobEvent) -> list[JobRecord]:
+    """The job records folded from ``events``."""
+    records: dict[str, JobRecord | None] = {}
+    for event in events:
+        records[event.job_id] = fold_job(records.get(event.job_id), event)
+    return [r for r in records.values() if r]
+
+
 def _samples(node: str, count: int, at: datetime, ecc: int = 0) -> list[Any]:
     occupancy = Occupancy()
     source = SimulatedSource([NodeSpec(node, "V100", count, 1, 1)], occupancy, 1.0)
@@ -101,18 +109,14 @@ def test_priorities_cover_every_job_with_core_components_and_reasons() -> None:
     view = LiveView(stale_after_s=30)
     for sample in _samples("n0", 4, T):
         view.observe(sample)
-    records = {}
-    for event in [
+    records = _records(
         _submitted("big", 0, gpus=4),
         _event("big", "running", 5, node_ids=("n0",), gpu_indices=((0, 1, 2, 3),)),
         _submitted("high", 10, gpus=1, cls="high"),
         _submitted("low", 11, gpus=2),
-    ]:
-        records[event.job_id] = fold_job(records.get(event.job_id), event)
-    now = (T + timedelta(seconds=100)).timestamp()
-    result = compute_priorities(
-        [r for r in records.values() if r], view.nodes.values(), Params(), "dynamic", now, 7
     )
+    now = (T + timedelta(seconds=100)).timestamp()
+    result = compute_priorities(records, view.nodes.values(), Params(), "dynamic", now, 7)
     by_job = {u.job_id: u for u in result.updates}
     assert set(by_job) == {"big", "high", "low"}
     assert by_job["big"].pending_reason is None
@@ -134,20 +138,16 @@ def test_cpu_only_jobs_run_on_nodes_the_gpu_view_does_not_know(
     view = LiveView(stale_after_s=30)
     for sample in _samples("n0", 4, T):
         view.observe(sample)
-    records = {}
-    for event in [
+    records = _records(
         _submitted("cpu", 0, gpus=0),
         _event("cpu", "running", 5, node_ids=("cpu-node-1",), gpu_indices=((),)),
         _submitted("gpu", 1, gpus=2),
         _event("gpu", "running", 6, node_ids=("gone",), gpu_indices=((0, 1),)),
         _submitted("waits", 10, gpus=1),
-    ]:
-        records[event.job_id] = fold_job(records.get(event.job_id), event)
+    )
     now = (T + timedelta(seconds=100)).timestamp()
     with caplog.at_level("WARNING"):
-        result = compute_priorities(
-            [r for r in records.values() if r], view.nodes.values(), Params(), "dynamic", now, 1
-        )
+        result = compute_priorities(records, view.nodes.values(), Params(), "dynamic", now, 1)
     # the CPU-only job runs on a GPU-less node of the snapshot, quietly; a GPU job on a
     # node the view has never seen is still a mismatch worth a line
     assert "job cpu" not in caplog.text
@@ -318,15 +318,11 @@ def test_nodes_without_gpus_are_in_the_view_from_their_host_readings() -> None:
     assert set(view.newly_stale(later)) == {"c0", "g0"}
     assert not view.node_view("c0", later, allocated=0.0).healthy
     # a CPU job runs on it in the snapshot, at the size the host reported
-    records = {}
-    for event in [
+    records = _records(
         _event("cpu", "submitted", 0, request=JobRequest(num_gpu=0, cpu_milli=8000)),
         _event("cpu", "running", 5, node_ids=("c0",), gpu_indices=((),)),
-    ]:
-        records[event.job_id] = fold_job(records.get(event.job_id), event)
-    result = compute_priorities(
-        [r for r in records.values() if r], view.nodes.values(), Params(), "dynamic", now, 1
     )
+    result = compute_priorities(records, view.nodes.values(), Params(), "dynamic", now, 1)
     assert [u.job_id for u in result.updates] == ["cpu"]
     assert result.allocated == {"g0": 0.0}
 

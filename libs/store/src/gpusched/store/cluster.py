@@ -70,8 +70,11 @@ def insert_settings(cluster: str) -> dict[str, int]:
 
 
 def for_cluster(statement: str, cluster: str) -> list[str]:
-    """The statements that do on ``cluster`` what ``statement`` does on one server."""
+    """The statements that do on ``cluster`` what ``statement`` does on one server; with no
+    cluster, ``statement`` itself."""
     text = statement.strip()
+    if not cluster:
+        return [text]
     if match := _CREATE.match(text):
         return _table(match, cluster)
     if match := _VIEW.match(text):

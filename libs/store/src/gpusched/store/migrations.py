@@ -48,7 +48,7 @@ class Migration:
             line for line in self.sql.splitlines() if not line.lstrip().startswith("--")
         )
         found = [s.strip() for s in re.split(r";\s*(?:\n|$)", body) if s.strip()]
-        return [c for s in found for c in for_cluster(s, cluster)] if cluster else found
+        return [c for s in found for c in for_cluster(s, cluster)]
 
 
 def load_migrations(folder: Path) -> list[Migration]:
@@ -69,7 +69,7 @@ def load_migrations(folder: Path) -> list[Migration]:
 
 def applied_migrations(client: Client, cluster: str = "") -> dict[int, str]:
     """version → checksum of the migrations recorded in ``schema_migrations``."""
-    for statement in for_cluster(_LEDGER, cluster) if cluster else [_LEDGER]:
+    for statement in for_cluster(_LEDGER, cluster):
         client.command(statement)
     rows = client.query("SELECT version, checksum FROM schema_migrations ORDER BY version")
     return {int(v): str(c) for v, c in rows.result_rows}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable
 
 from aiokafka import AIOKafkaProducer
@@ -38,7 +38,8 @@ class TelemetryPublisher:
         self, kafka: KafkaSettings | str, prefix: str, capacity: int, batch_size: int = 5_000
     ) -> None:
         self.kafka = kafka
-        self.topics = {GpuTelemetrySample: TELEMETRY.name(prefix), HostSample: HOSTS.name(prefix)}
+        self.prefix = prefix
+        self.topics = {t.model: t for t in (TELEMETRY, HOSTS)}
         self.capacity = capacity
         self.batch_size = batch_size
         self.buffer: deque[Sample] = deque()
@@ -92,14 +93,15 @@ class TelemetryPublisher:
 
     async def _send(self, producer: AIOKafkaProducer, batch: list[Sample]) -> None:
         futures = []
-        hosts = 0
+        sent: Counter[str] = Counter()
         for s in batch:
-            key = s.node_id if isinstance(s, HostSample) else s.gpu_uuid
-            hosts += isinstance(s, HostSample)
-            futures.append(await producer.send(self.topics[type(s)], encode(s), key=key.encode()))
+            topic = self.topics[type(s)]
+            key = str(getattr(s, topic.key_field)).encode()
+            futures.append(await producer.send(topic.name(self.prefix), encode(s), key=key))
+            sent[topic.base] += 1
         await asyncio.gather(*futures)
-        PRODUCED.labels(topic=TELEMETRY.base).inc(len(batch) - hosts)
-        PRODUCED.labels(topic=HOSTS.base).inc(hosts)
+        for topic in self.topics.values():
+            PRODUCED.labels(topic=topic.base).inc(sent[topic.base])
 
     async def _connected(self) -> AIOKafkaProducer:
         if self._producer is None:

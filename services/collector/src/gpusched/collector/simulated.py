@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from datetime import datetime
 
+from gpusched.collector.host import host_sample
 from gpusched.collector.occupancy import Occupancy
 from gpusched.contracts import GpuTelemetrySample, HostSample
 from gpusched.core import NodeSpec, PowerModel
@@ -56,15 +57,7 @@ class SimulatedSource:
     def read(self, now: datetime) -> list[GpuTelemetrySample | HostSample]:
         """One sample per simulated GPU and one per node without GPUs, stamped ``now``."""
         samples: list[GpuTelemetrySample | HostSample] = [
-            HostSample(
-                ts=now,
-                node_id=host.node_id,
-                cpu_milli=host.cpu_milli,
-                memory_mib=host.memory_mib,
-                interval_s=self.interval_s,
-                source="simulated",
-            )
-            for host in self.hosts
+            host_sample(host, self.interval_s, "simulated", now) for host in self.hosts
         ]
         noise = self._rng.random
         for node in self.nodes:

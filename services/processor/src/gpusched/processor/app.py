@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,6 @@ from gpusched.contracts import (
     ContractError,
     ControlParameter,
     ControlStatus,
-    GpuTelemetrySample,
-    HostSample,
     JobEvent,
     dead_letter,
     dead_letter_for,
@@ -50,6 +49,7 @@ from gpusched.contracts.topics import (
     TELEMETRY,
     VIEW,
     Topic,
+    topic_for,
 )
 from gpusched.core import CoreError, Params
 from gpusched.processor.priorities import compute_priorities
@@ -262,16 +262,16 @@ class Processor:
                 await consumer.stop()
 
     async def _ingest(self, batches: dict[Any, list[Any]]) -> None:
-        hosts = HOSTS.name(self.prefix)
+        observe: dict[str, Callable[[Any], None]] = {
+            TELEMETRY.base: self.view.observe,
+            HOSTS.base: self.view.observe_host,
+        }
         for tp, records in batches.items():
-            topic = HOSTS if tp.topic == hosts else TELEMETRY
+            topic = topic_for(tp.topic, self.prefix)
             CONSUMED.labels(topic=topic.base).inc(len(records))
             for record in records:
                 try:
-                    if topic is HOSTS:
-                        self.view.observe_host(decode(HostSample, record.value or b""))
-                    else:
-                        self.view.observe(decode(GpuTelemetrySample, record.value or b""))
+                    observe[topic.base](decode(topic.model, record.value or b""))
                 except ContractError as exc:
                     dead = dead_letter_for(record, exc)
                     await self._dlq[topic.base].send(value=dead.model_dump_json().encode())
