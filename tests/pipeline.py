@@ -84,7 +84,12 @@ class Pipeline:
 
     def start(self, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
         """Start ``gpusched <name> <args>``; its output goes to <workdir>/<name>.log."""
-        log = (self.workdir / f"{name}.log").open("ab")
+        return self.start_as(name, name, *args, **env)
+
+    def start_as(self, label: str, name: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
+        """Start ``gpusched <name> <args>`` under ``label`` (several of one service), its
+        output in <workdir>/<label>.log."""
+        log = (self.workdir / f"{label}.log").open("ab")
         proc = subprocess.Popen(
             [str(GPUSCHED), name, *args],
             env={**self.env, **env},
@@ -92,7 +97,7 @@ class Pipeline:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.procs[name] = proc
+        self.procs[label] = proc
         return proc
 
     def start_sink(self) -> None:
@@ -192,5 +197,7 @@ class Pipeline:
             except (httpx.HTTPError, AssertionError):
                 pass
             time.sleep(0.5)
-        tails = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in ("sink", "process"))
+        logs = sorted(self.workdir.glob("*.log"))
+        names = [f.stem for f in logs if f.stem == "sink" or f.stem.startswith("process")]
+        tails = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in names)
         raise AssertionError(f"timed out waiting for {what}\n{tails}")

@@ -20,7 +20,7 @@ from gpusched.contracts.errors import ProvisionError
 from gpusched.contracts.settings import KafkaSettings, client_options
 from gpusched.contracts.topics import DLQ_SUFFIX
 
-__all__ = ["TopicSpec", "ensure_topics", "topic_specs"]
+__all__ = ["TopicSpec", "declared_partitions", "ensure_topics", "topic_specs"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,14 @@ def topic_specs(prefix: str = "", path: Path | None = None) -> list[TopicSpec]:
             )
         )
     return specs
+
+
+def declared_partitions(name: str, path: Path | None = None) -> int:
+    """The partition count ``topics.yaml`` declares for the topic ``name`` (no prefix)."""
+    for t in _declarations(path)["topics"]:
+        if t["name"] == name:
+            return int(t["partitions"])
+    raise ProvisionError(f"topic {name!r} is not declared in topics.yaml")
 
 
 async def _create(

@@ -1,15 +1,27 @@
-"""The processor: a Faust app that keeps the live view and job table and publishes priorities.
+"""The processor: Faust workers that keep the live view and job table and publish priorities.
 
-State lives in three Faust tables, each backed by a changelog topic, so a restarted worker
-recovers it: ``jobs`` (JobRecord by job id, co-partitioned with the jobs topic), ``nodes``
-(NodeRecord by node id) and ``params`` (control values by name, with their revision).
+It runs as one worker or several, in two stages (docs/architecture.md, "The processor's
+two stages"):
 
-Job events and control parameters arrive through Faust agents. Telemetry arrives through a
-batched consumer that the app runs as a Faust task: Faust's per-event stream path measured
-~14,000 samples/s on the project machines (2 cores, broker included) against a target of
-20,000, while a batched consumer decodes ~130,000/s. The task writes each changed node to
-the ``nodes`` table once per batch (``use_partitioner``: partitioned by node id), publishes
-its NodeView, and commits the telemetry offsets only after that.
+1. **Every worker**, for the partitions Kafka gives it: decodes telemetry and host
+   readings in batches (dead-lettering what it cannot read) into its *parts* of the
+   nodes (what it has read of a node on one input partition: samples are keyed by GPU,
+   so a node's GPUs are spread over partitions), folds job events into the ``jobs``
+   table (a Faust table co-partitioned with the jobs topic; a job leaves it when it
+   ends), checks control parameters, and sends what changed as deltas (``Delta``) to the
+   internal, compacted, single-partition merge topic.
+2. **One worker**, the member of the ``-merger`` consumer group that Kafka gives the
+   merge topic's partition, folds the deltas into the whole cluster's view and job table,
+   publishes node views and priorities, reports parameters and heartbeats and marks
+   stale GPUs. When it dies, the partition moves to another worker, which reads the
+   compacted topic from its beginning (the latest part of every node, record of every
+   job not forgotten, value of every parameter) before it publishes anything.
+
+Telemetry arrives through a batched aiokafka consumer that the app runs as a Faust task:
+Faust's per-event stream path measured ~14,000 samples/s on the project machines against
+~130,000/s batched. A batch's offsets are committed only after its deltas are
+acknowledged; a job event's delta is acknowledged before the table entry is written, so a
+crash sends it again rather than losing it (the merger keeps the newer record of two).
 """
 
 from __future__ import annotations
@@ -17,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,39 +40,37 @@ from aiokafka.errors import KafkaError
 from gpusched.contracts import (
     ContractError,
     ControlParameter,
-    ControlStatus,
     JobEvent,
     dead_letter,
     dead_letter_for,
     decode,
-    encode,
 )
-from gpusched.contracts.control import HEARTBEAT_S, ControlRevision
+from gpusched.contracts.control import HEARTBEAT_S
 from gpusched.contracts.health import HealthServer, kafka_dependency, watch_kafka
 from gpusched.contracts.logs import logging_config
-from gpusched.contracts.metrics import CONSUMED, DEAD_LETTERED, PRODUCED
+from gpusched.contracts.metrics import CONSUMED, DEAD_LETTERED
+from gpusched.contracts.provision import declared_partitions
 from gpusched.contracts.topics import (
     CONTROL,
-    CONTROL_STATUS,
     HOSTS,
     JOBS,
-    PRIORITIES,
     TELEMETRY,
-    VIEW,
     Topic,
     topic_for,
 )
 from gpusched.core import CoreError, Params
-from gpusched.processor.priorities import compute_priorities
-from gpusched.processor.records import EndedJobs, JobRecord, NodeRecord, fold_job
+from gpusched.processor.merger import Merger
+from gpusched.processor.records import (
+    Delta,
+    JobRecord,
+    fold_job,
+)
 from gpusched.processor.settings import ProcessorSettings
 from gpusched.processor.view import LiveView
 
 __all__ = ["Processor"]
 
 log = logging.getLogger(__name__)
-
-_TABLE_PARTITIONS = 3  # the jobs topic's partitions: the jobs table is co-partitioned with it
 
 
 class Processor:
@@ -71,13 +80,15 @@ class Processor:
         self.settings = settings
         prefix = settings.topic_prefix
         self.prefix = prefix
+        self.app_id = app_id = f"{prefix}{settings.processor_app_id}"
+        job_partitions = declared_partitions(JOBS.base)
         self.app = faust.App(
-            f"{prefix}{settings.processor_app_id}",
+            app_id,
             broker=f"kafka://{settings.kafka_bootstrap_servers}",
             store="memory://",
-            datadir=str(settings.processor_data_dir / f"{prefix}{settings.processor_app_id}"),
-            topic_partitions=_TABLE_PARTITIONS,
-            key_serializer="json",  # the tables' changelogs; the contract topics are raw bytes
+            datadir=str(settings.processor_data_dir / app_id),
+            topic_partitions=job_partitions,
+            key_serializer="json",  # the jobs table's changelog; the topics are raw bytes
             value_serializer="json",
             web_enabled=False,
             broker_credentials=_credentials(settings),
@@ -87,67 +98,46 @@ class Processor:
             **_static_member(settings),
         )
         app = self.app
-        self.jobs = app.Table("jobs", partitions=_TABLE_PARTITIONS)
-        self.nodes = app.Table("nodes", partitions=_TABLE_PARTITIONS, use_partitioner=True)
-        self.params_table = app.Table("params", partitions=1)
-        self.view = LiveView(settings.processor_stale_after_s)
-        self.records: dict[str, JobRecord] = {}
-        self.ended = EndedJobs(settings.processor_ended_jobs_per_tenant)
-        self.params = Params()
-        self.control = ControlRevision("processor")
-        self.allocated: dict[str, float] = {}
-        self.epoch = 0
-        self.published: dict[str, tuple[float, str | None]] = {}
-        self._wanted = asyncio.Event()
-        self._restored = asyncio.Event()
-        self._out = {
-            t.base: self._topic(t.name(prefix)) for t in (VIEW, PRIORITIES, CONTROL_STATUS)
-        }
+        # stage 1: the jobs of this worker's partitions that have not ended
+        self.jobs = app.Table("jobs", partitions=job_partitions)
+        self.merge_topic = app.topic(
+            f"{app_id}-merge",
+            partitions=1,
+            internal=True,  # Faust creates it
+            compacting=True,  # the latest delta of each key: the merger's state
+            key_serializer="raw",
+            value_serializer="raw",
+        )
+        # what this worker has read of each node, per input partition ("t3": telemetry 3)
+        self.parts: dict[str, LiveView] = {}
+        # stage 2: the merger's state, rebuilt from the merge topic when it takes over
+        self.merger = Merger(settings, app_id, app, self.merge_topic)
         self._dlq = {t.base: self._topic(t.dlq(prefix)) for t in (TELEMETRY, HOSTS, JOBS, CONTROL)}
         app.agent(self._topic(JOBS.name(prefix)), name="jobs")(self._on_jobs)
         app.agent(self._topic(CONTROL.name(prefix)), name="control")(self._on_control)
-        app.task(self._restore)
         app.task(self._telemetry)
-        app.task(self._priorities)
-        app.timer(1.0)(self._stale_check)
-        app.timer(HEARTBEAT_S)(self._heartbeat)
+        app.task(self._merge)
+        app.task(self.merger.priorities)
+        app.timer(1.0)(self.merger.stale_check)
+        app.timer(HEARTBEAT_S)(self.merger.heartbeat)
         self.event_log = kafka_dependency(settings, log)
         app.task(self._watch_kafka)
 
     def _topic(self, name: str) -> Any:
         return self.app.topic(name, key_serializer="raw", value_serializer="raw")
 
-    # -- recovery -----------------------------------------------------------------------
-    async def _restore(self) -> None:
-        """Load the in-memory caches from the recovered tables; everything else waits
-        for this (``_restored``), so the caches are the state they work on."""
+    async def _topics_ready(self) -> None:
+        """Until the first recovery is done, and the merge topic exists."""
         tables: Any = self.app.tables  # the TableManager's recovery is not in its type
         await tables.recovery.completed.wait()
-        for key, value in self.params_table.items():
-            # {"value", "revision"}; a bare value was recorded before revisions existed
-            entry = value if isinstance(value, dict) else {"value": value, "revision": 0}
-            self._set_param(_text(key), entry["value"])
-            self.control.revision = max(self.control.revision, entry["revision"])
-        for value in self.nodes.values():
-            self.view.load(NodeRecord.model_validate(value))
-        for value in self.jobs.values():
-            record = JobRecord.model_validate(value)
-            self.records[record.job_id] = record
-        for record in sorted(self.records.values(), key=lambda r: r.end_ts or 0.0):
-            if record.state == "ended":
-                self._forget(self.ended.add(record))
-        log.info(
-            "recovered %d jobs, %d nodes, %d parameters",
-            len(self.records),
-            len(self.view.nodes),
-            len(self.params_table),
-        )
-        self._restored.set()
-        self._wanted.set()
+        await self.merge_topic.maybe_declare()  # created once (Faust's internal topic)
 
-    # -- jobs and control ---------------------------------------------------------------
+    # -- stage 1: every worker, for its partitions ---------------------------------------
+    async def _send_delta(self, delta: Delta) -> Any:
+        """Queue ``delta`` for the merger; the future resolves when it is acknowledged."""
+        return await self.merge_topic.send(key=delta.key(), value=delta.model_dump_json().encode())
+
     async def _on_jobs(self, stream: Any) -> None:
-        await self._restored.wait()
         async for event in stream.events():
             CONSUMED.labels(topic=JOBS.base).inc()
             try:
@@ -155,90 +145,40 @@ class Processor:
             except ContractError as exc:
                 await self._dead_letter(JOBS, event, exc)
                 continue
-            before = self.records.get(job_event.job_id)
+            stored = self.jobs.get(job_event.job_id)
+            before = JobRecord.model_validate(stored) if stored is not None else None
             after = fold_job(before, job_event)
-            if after is not None and after != before:
-                self.jobs[job_event.job_id] = after.model_dump(mode="json")
-                self.records[after.job_id] = after
-                if after.state == "ended":
-                    self._forget(self.ended.add(after))
-                self._wanted.set()
-
-    def _forget(self, job_ids: list[str]) -> None:
-        """Drop ended jobs beyond the per-tenant limit, from the table (a tombstone in its
-        changelog) and the cache."""
-        for job_id in job_ids:
-            self.records.pop(job_id, None)
-            self.published.pop(job_id, None)
-            with contextlib.suppress(KeyError):
-                del self.jobs[job_id]
+            if after is None or after == before:
+                continue
+            await (await self._send_delta(Delta(job=after)))  # acknowledged before stored
+            if after.state == "ended":
+                del self.jobs[after.job_id]  # the merger keeps the ended ones it needs
+            else:
+                self.jobs[after.job_id] = after.model_dump(mode="json")
 
     async def _on_control(self, stream: Any) -> None:
-        await self._restored.wait()
         async for event in stream.events():
             try:
                 parameter = decode(ControlParameter, event.value)
+                Params().with_setting(parameter.name, parameter.value)  # a known name, in bounds
             except ContractError as exc:
                 await self._dead_letter(CONTROL, event, exc)
                 continue
-            try:
-                self._set_param(parameter.name, parameter.value)
             except CoreError as exc:  # the API checks bounds too; a direct writer may not
                 await self._dead_letter(CONTROL, event, exc)
-                await self._report(self.control.rejected(parameter, exc))
+                await self.merger.report(self.merger.control.rejected(parameter, exc))
                 continue
-            self.params_table[parameter.name] = {
-                "value": parameter.value,
-                "revision": parameter.revision,
-            }
-            log.info(
-                "parameter %s = %r (revision %d, by %s)",
-                parameter.name,
-                parameter.value,
-                parameter.revision,
-                parameter.set_by,
-            )
-            await self._report(self.control.applied(parameter))
-            self._wanted.set()
+            await (await self._send_delta(Delta(parameter=parameter)))
 
-    async def _report(self, status: ControlStatus) -> None:
-        topic = self._out[CONTROL_STATUS.base]
-        await topic.send(key=status.service.encode(), value=encode(status))
-
-    async def _watch_kafka(self) -> None:
-        await watch_kafka(self.settings, self.event_log)
-
-    async def _heartbeat(self) -> None:
-        if self._restored.is_set():
-            await self._report(self.control.heartbeat())
-
-    def _set_param(self, name: str, value: float | bool | str) -> None:
-        self.params = self.params.with_setting(name, value)
-
-    async def _dead_letter(self, topic: Topic, event: Any, error: Exception) -> None:
-        message = event.message
-        record = dead_letter(
-            message.topic,
-            event.value if isinstance(event.value, bytes) else b"",
-            error,
-            key=event.key if isinstance(event.key, bytes) else None,
-            partition=message.partition,
-            offset=message.offset,
-        )
-        log.warning("dead-lettered %s@%s: %s", message.topic, message.offset, error)
-        await self._dlq[topic.base].send(value=record.model_dump_json().encode())
-        DEAD_LETTERED.labels(topic=topic.dlq()).inc()
-
-    # -- telemetry ----------------------------------------------------------------------
     async def _telemetry(self) -> None:
-        await self._restored.wait()
+        await self._topics_ready()
         prefix, s = self.prefix, self.settings
         while True:
             consumer = AIOKafkaConsumer(
                 TELEMETRY.name(prefix),
                 HOSTS.name(prefix),
                 **s.client_options(),
-                group_id=f"{prefix}{s.processor_app_id}-telemetry",
+                group_id=f"{self.app_id}-telemetry",
                 **s.group_options("telemetry"),
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
@@ -262,85 +202,49 @@ class Processor:
                 await consumer.stop()
 
     async def _ingest(self, batches: dict[Any, list[Any]]) -> None:
-        observe: dict[str, Callable[[Any], None]] = {
-            TELEMETRY.base: self.view.observe,
-            HOSTS.base: self.view.observe_host,
-        }
+        """Fold one batch into this worker's parts of the nodes it touches and send each
+        changed part to the merger; returns once they are acknowledged."""
         for tp, records in batches.items():
             topic = topic_for(tp.topic, self.prefix)
             CONSUMED.labels(topic=topic.base).inc(len(records))
+            part = self.parts.setdefault(
+                f"{'h' if topic is HOSTS else 't'}{tp.partition}",
+                LiveView(self.settings.processor_stale_after_s),
+            )
+            observe: Callable[[Any], None] = part.observe_host if topic is HOSTS else part.observe
             for record in records:
                 try:
-                    observe[topic.base](decode(topic.model, record.value or b""))
+                    observe(decode(topic.model, record.value or b""))
                 except ContractError as exc:
                     dead = dead_letter_for(record, exc)
                     await self._dlq[topic.base].send(value=dead.model_dump_json().encode())
                     DEAD_LETTERED.labels(topic=topic.dlq()).inc()
-        await self._publish_views([n.node_id for n in self._persist_dirty()])
-
-    def _persist_dirty(self) -> list[NodeRecord]:
-        changed = self.view.take_dirty()
-        for node in changed:
-            self.nodes[node.node_id] = node.model_dump(mode="json")
-        return changed
-
-    async def _publish_views(self, node_ids: list[str]) -> None:
-        now = time.time()
-        topic = self._out[VIEW.base]
-        for node_id in node_ids:
-            view = self.view.node_view(node_id, now, self.allocated.get(node_id, 0.0))
-            await topic.send(key=node_id.encode(), value=encode(view))
-        PRODUCED.labels(topic=VIEW.base).inc(len(node_ids))
+        for tag, part in self.parts.items():
+            for node in part.take_dirty():
+                await self._send_delta(Delta(node=node, part=tag))
         await self.app.producer.flush()
 
-    async def _stale_check(self) -> None:
-        changed = self.view.newly_stale(time.time())
-        if changed:
-            await self._publish_views(changed)
-            self._wanted.set()
+    # -- stage 2: the merger -------------------------------------------------------------
+    async def _merge(self) -> None:
+        await self._topics_ready()
+        await self.merger.run()
 
-    # -- priorities ---------------------------------------------------------------------
-    async def _priorities(self) -> None:
-        """Recompute when something changed (at most every min_recompute_s) and on a timer."""
-        await self._restored.wait()
-        s = self.settings
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wanted.wait(), s.processor_priority_interval_s)
-            self._wanted.clear()
-            started = time.monotonic()
-            await self.publish_priorities()
-            await asyncio.sleep(max(s.processor_min_recompute_s - (time.monotonic() - started), 0))
+    async def _watch_kafka(self) -> None:
+        await watch_kafka(self.settings, self.event_log)
 
-    async def publish_priorities(self) -> int:
-        """Compute every job's priority now and publish those that changed."""
-        self.epoch += 1
-        result = compute_priorities(
-            self.records.values(),
-            self.view.nodes.values(),
-            self.params,
-            self.settings.processor_policy,
-            time.time(),
-            self.epoch,
-            self.control.revision,
+    async def _dead_letter(self, topic: Topic, event: Any, error: Exception) -> None:
+        message = event.message
+        record = dead_letter(
+            message.topic,
+            event.value if isinstance(event.value, bytes) else b"",
+            error,
+            key=event.key if isinstance(event.key, bytes) else None,
+            partition=message.partition,
+            offset=message.offset,
         )
-        topic = self._out[PRIORITIES.base]
-        sent = 0
-        for update in result.updates:
-            seen = (round(update.score, 6), update.pending_reason)
-            if self.published.get(update.job_id) == seen:
-                continue
-            self.published[update.job_id] = seen
-            await topic.send(key=update.job_id.encode(), value=encode(update))
-            sent += 1
-        PRODUCED.labels(topic=PRIORITIES.base).inc(sent)
-        for job_id in [j for j, r in self.records.items() if r.state == "ended"]:
-            self.published.pop(job_id, None)
-        changed = [n for n, a in result.allocated.items() if self.allocated.get(n) != a]
-        self.allocated = result.allocated
-        if changed:
-            await self._publish_views(changed)
-        return sent
+        log.warning("dead-lettered %s@%s: %s", message.topic, message.offset, error)
+        await self._dlq[topic.base].send(value=record.model_dump_json().encode())
+        DEAD_LETTERED.labels(topic=topic.dlq()).inc()
 
 
 def _credentials(settings: ProcessorSettings) -> faust.SASLCredentials | None:
@@ -360,10 +264,6 @@ def _static_member(settings: ProcessorSettings) -> dict[str, Any]:
     """Faust's form of the static membership option (its tables' consumer group)."""
     member = settings.group_options("faust").get("group_instance_id")
     return {"consumer_group_instance_id": member} if member else {}
-
-
-def _text(key: bytes | str) -> str:
-    return key.decode() if isinstance(key, bytes) else key
 
 
 def run_worker(settings: ProcessorSettings, loglevel: str = "info") -> None:

@@ -10,9 +10,26 @@ import heapq
 
 from pydantic import BaseModel, ConfigDict
 
-from gpusched.contracts import GpuTelemetrySample, HostSample, JobEvent, JobEventType, JobRequest
+from gpusched.contracts import (
+    ControlParameter,
+    GpuTelemetrySample,
+    HostSample,
+    JobEvent,
+    JobEventType,
+    JobRequest,
+)
 
-__all__ = ["NO_GPU", "EndedJobs", "GpuReading", "JobRecord", "NodeRecord", "fold_job"]
+__all__ = [
+    "NO_GPU",
+    "Delta",
+    "EndedJobs",
+    "GpuReading",
+    "JobRecord",
+    "NodeRecord",
+    "fold_job",
+    "job_key",
+    "newer_job",
+]
 
 NO_GPU = "none"  # the GPU model of a node without GPUs, in its record and its NodeView
 
@@ -70,6 +87,15 @@ def fold_job(record: JobRecord | None, event: JobEvent) -> JobRecord | None:
     return record.model_copy(update=update)
 
 
+def newer_job(seen: JobRecord | None, incoming: JobRecord) -> JobRecord:
+    """The record the merger keeps: an ended job stays ended (a submission replayed after
+    its first worker forgot it cannot revive it), and an older record never replaces a
+    newer one."""
+    if seen is not None and (seen.state == "ended" or incoming.last_event_ts < seen.last_event_ts):
+        return seen
+    return incoming
+
+
 class GpuReading(BaseModel):
     """The latest sample of one GPU, as much of it as the view needs."""
 
@@ -101,6 +127,22 @@ class NodeRecord(BaseModel):
         if self.host_ts is None or ts >= self.host_ts:
             self.host_ts, self.cpu_milli, self.memory_mib = ts, sample.cpu_milli, sample.memory_mib
 
+    def merge(self, part: NodeRecord) -> None:
+        """Fold in the readings another worker saw of this node (the GPUs whose telemetry
+        partitions it reads), keeping the newest of each GPU and of the host."""
+        for uuid, reading in part.gpus.items():
+            seen = self.gpus.get(uuid)
+            if seen is None or reading.ts >= seen.ts:
+                self.gpus[uuid] = reading
+        if part.host_ts is not None and (self.host_ts is None or part.host_ts >= self.host_ts):
+            self.host_ts, self.cpu_milli, self.memory_mib = (
+                part.host_ts,
+                part.cpu_milli,
+                part.memory_mib,
+            )
+        if part.gpu_model != NO_GPU:
+            self.gpu_model = part.gpu_model
+
     def observe(self, sample: GpuTelemetrySample) -> None:
         """Keep ``sample`` if it is the newest of its GPU."""
         ts = sample.ts.timestamp()
@@ -131,3 +173,35 @@ class EndedJobs:
         kept = self._by_tenant.setdefault(record.tenant, [])
         heapq.heappush(kept, (record.end_ts or 0.0, record.job_id))
         return [heapq.heappop(kept)[1] for _ in range(len(kept) - self.limit)]
+
+
+class Delta(BaseModel):
+    """What a worker sends the merger on the internal merge topic, keyed so that the
+    compacted topic keeps the latest of each: exactly one of a job's record after an
+    event (``job:<id>``), a control parameter it accepted (``param:<name>``), its part
+    of a node, everything it has read of that node on one input partition
+    (``node:<id>:<part>``, ``part`` naming the topic and partition), or, from the merger
+    itself, the last priority epoch it published (``epoch``: epochs keep increasing
+    across a change of merger)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: NodeRecord | None = None
+    part: str | None = None
+    job: JobRecord | None = None
+    parameter: ControlParameter | None = None
+    epoch: int | None = None
+
+    def key(self) -> bytes:
+        if self.node is not None:
+            return f"node:{self.node.node_id}:{self.part}".encode()
+        if self.job is not None:
+            return job_key(self.job.job_id)
+        if self.parameter is not None:
+            return f"param:{self.parameter.name}".encode()
+        return b"epoch"
+
+
+def job_key(job_id: str) -> bytes:
+    """A job's key on the merge topic (a tombstone under it forgets the job)."""
+    return f"job:{job_id}".encode()

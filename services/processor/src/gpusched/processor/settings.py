@@ -25,8 +25,8 @@ class ProcessorSettings(KafkaSettings):
 
     processor_app_id: str = Field(
         default="gpusched-processor",
-        description="Faust app id (consumer group, changelog topic names); the topic prefix "
-        "is put in front",
+        description="Faust app id: the name of its consumer groups and internal topics "
+        "(<id>-merge, changelogs); the topic prefix is put in front",
     )
     processor_policy: Annotated[str, AfterValidator(live_policy)] = Field(
         default="dynamic", description="policy whose priorities it publishes"
@@ -49,7 +49,7 @@ class ProcessorSettings(KafkaSettings):
         default=2000,
         ge=0,
         description="ended jobs kept per tenant (the newest) for run-time predictions and "
-        "fair share; older ones are forgotten (their table entries deleted)",
+        "fair share; older ones are forgotten (a tombstone on the merge topic)",
     )
     processor_data_dir: Path = Field(
         default_factory=_default_data_dir, description="Faust's data directory"

@@ -40,6 +40,15 @@ class LiveView:
         node.observe_host(sample)
         self.dirty.add(sample.node_id)
 
+    def merge(self, part: NodeRecord) -> None:
+        """Fold in a worker's part of a node (the merger's whole-cluster view)."""
+        node = self.nodes.get(part.node_id)
+        if node is None:
+            self.nodes[part.node_id] = part
+        else:
+            node.merge(part)
+        self.dirty.add(part.node_id)
+
     def take_dirty(self) -> list[NodeRecord]:
         """The nodes changed since the last call."""
         changed = [self.nodes[n] for n in sorted(self.dirty)]

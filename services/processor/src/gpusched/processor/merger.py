@@ -1,0 +1,281 @@
+"""The processor's second stage: the one worker that merges the whole cluster.
+
+It is the member of consumer group ``<app>-merger`` that Kafka gives the merge topic's
+single partition. On assignment it reads the compacted topic from its beginning (the
+latest part of every node, record of every job not forgotten, value of every parameter,
+the last epoch) and only then publishes: node views, priorities from
+``compute_priorities`` over the whole state, parameter reports and heartbeats. On
+revocation (or a lost broker) it stops and drops the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import KafkaError
+
+from gpusched.contracts import ControlParameter, ControlStatus, encode
+from gpusched.contracts.control import ControlRevision
+from gpusched.contracts.metrics import PRODUCED
+from gpusched.contracts.topics import CONTROL_STATUS, PRIORITIES, VIEW
+from gpusched.core import Params
+from gpusched.processor.priorities import compute_priorities
+from gpusched.processor.records import Delta, EndedJobs, JobRecord, job_key, newer_job
+from gpusched.processor.settings import ProcessorSettings
+from gpusched.processor.view import LiveView
+
+__all__ = ["Merger"]
+
+log = logging.getLogger(__name__)
+
+
+class Merger:
+    """The whole-cluster state and what is published from it, while ``merging``."""
+
+    def __init__(
+        self, settings: ProcessorSettings, app_id: str, app: Any, merge_topic: Any
+    ) -> None:
+        self.settings, self.app_id, self.app, self.merge_topic = settings, app_id, app, merge_topic
+        self.view = LiveView(settings.processor_stale_after_s)
+        self.records: dict[str, JobRecord] = {}
+        self.ended = EndedJobs(settings.processor_ended_jobs_per_tenant)
+        self.params = Params()
+        self.control = ControlRevision("processor")
+        self.allocated: dict[str, float] = {}
+        self.epoch = 0
+        self.published: dict[str, tuple[float, str | None]] = {}
+        self.merging = False
+        self._wanted = asyncio.Event()
+        raw = {"key_serializer": "raw", "value_serializer": "raw"}
+        self._out = {
+            t.base: app.topic(t.name(settings.topic_prefix), **raw)
+            for t in (VIEW, PRIORITIES, CONTROL_STATUS)
+        }
+
+    async def _send_delta(self, delta: Delta) -> None:
+        await self.merge_topic.send(key=delta.key(), value=delta.model_dump_json().encode())
+
+    async def run(self) -> None:
+        """Merge the deltas while this worker holds the merge topic's partition (its own
+        consumer group: Kafka gives the partition to exactly one member and moves it on
+        when that member dies). On taking it over, the state is rebuilt from the
+        compacted topic's beginning before anything is published."""
+        s, topic = self.settings, self.merge_topic.get_topic_name()
+        while True:
+            ownership = _Ownership(self)
+            consumer = AIOKafkaConsumer(
+                **s.client_options(),
+                group_id=f"{self.app_id}-merger",
+                **s.group_options("merger"),
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                max_partition_fetch_bytes=8 << 20,
+                session_timeout_ms=6_000,
+                heartbeat_interval_ms=2_000,
+            )
+            consumer.subscribe([topic], listener=ownership)
+            ownership.consumer = consumer
+            try:
+                await consumer.start()
+                while True:
+                    batches = await consumer.getmany(
+                        timeout_ms=int(s.processor_flush_s * 1000), max_records=20_000
+                    )
+                    for records in batches.values():
+                        await self._fold(records)
+                    await ownership.check_loaded()
+                    if self.merging:
+                        changed = self.view.take_dirty()
+                        await self._publish_views([n.node_id for n in changed])
+            except (KafkaError, OSError) as exc:  # the watcher logs the outage once
+                log.debug("merge consumer lost the broker (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+            finally:
+                self.step_down()
+                await consumer.stop()
+
+    def take_over(self) -> None:
+        """Start from nothing: the merge topic is read again from its beginning."""
+        self.view = LiveView(self.settings.processor_stale_after_s)
+        self.records, self.published, self.allocated = {}, {}, {}
+        self.ended = EndedJobs(self.settings.processor_ended_jobs_per_tenant)
+        self.params = Params()
+
+    def step_down(self) -> None:
+        if self.merging:
+            log.info("no longer merging the whole cluster's view")
+        self.merging = False
+        self.take_over()  # frees the state
+
+    def merged(self) -> None:
+        self.merging = True
+        self.view.dirty.update(self.view.nodes)  # every node's view again, as merged
+        log.info(
+            "merging the whole cluster's view (%d jobs, %d nodes)",
+            len(self.records),
+            len(self.view.nodes),
+        )
+        self._wanted.set()
+
+    async def _fold(self, records: list[Any]) -> None:
+        for record in records:
+            kind = record.key.split(b":", 1)[0]
+            if record.value is None:  # a tombstone: a job forgotten
+                self.records.pop(record.key.decode().split(":", 1)[1], None)
+                continue
+            delta = Delta.model_validate_json(record.value)
+            if delta.node is not None:
+                self.view.merge(delta.node)
+            elif delta.job is not None:
+                await self._merge_job(delta.job)
+            elif delta.parameter is not None:
+                await self._apply(delta.parameter)
+            elif delta.epoch is not None:
+                self.epoch = max(self.epoch, delta.epoch)
+            else:
+                log.warning("merge topic: an empty delta under %r", kind)
+
+    async def _merge_job(self, incoming: JobRecord) -> None:
+        before = self.records.get(incoming.job_id)
+        after = newer_job(before, incoming)
+        if after is before:
+            return
+        self.records[after.job_id] = after
+        if after.state == "ended":
+            for job_id in self.ended.add(after):
+                await self._forget(job_id)
+        self._wanted.set()
+
+    async def _forget(self, job_id: str) -> None:
+        """Drop an ended job beyond the per-tenant limit, from the cache and, with a
+        tombstone, from the merge topic."""
+        self.records.pop(job_id, None)
+        self.published.pop(job_id, None)
+        if self.merging:  # while loading, its tombstone may be further on already
+            await self.merge_topic.send(key=job_key(job_id), value=None)
+
+    async def _apply(self, parameter: ControlParameter) -> None:
+        self.set_param(parameter.name, parameter.value)
+        self.control.revision = max(self.control.revision, parameter.revision)
+        if not self.merging:
+            return  # loading: applied and reported when it was first merged
+        log.info(
+            "parameter %s = %r (revision %d, by %s)",
+            parameter.name,
+            parameter.value,
+            parameter.revision,
+            parameter.set_by,
+        )
+        await self.report(self.control.applied(parameter))
+        self._wanted.set()
+
+    async def report(self, status: ControlStatus) -> None:
+        topic = self._out[CONTROL_STATUS.base]
+        await topic.send(key=status.service.encode(), value=encode(status))
+
+    async def heartbeat(self) -> None:
+        if self.merging:
+            await self.report(self.control.heartbeat())
+
+    def set_param(self, name: str, value: float | bool | str) -> None:
+        self.params = self.params.with_setting(name, value)
+
+    async def _publish_views(self, node_ids: list[str]) -> None:
+        now = time.time()
+        topic = self._out[VIEW.base]
+        for node_id in node_ids:
+            view = self.view.node_view(node_id, now, self.allocated.get(node_id, 0.0))
+            await topic.send(key=node_id.encode(), value=encode(view))
+        PRODUCED.labels(topic=VIEW.base).inc(len(node_ids))
+        await self.app.producer.flush()
+
+    async def stale_check(self) -> None:
+        if not self.merging:
+            return
+        changed = self.view.newly_stale(time.time())
+        if changed:
+            await self._publish_views(changed)
+            self._wanted.set()
+
+    async def priorities(self) -> None:
+        """Recompute when something changed (at most every min_recompute_s) and on a timer."""
+        s = self.settings
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wanted.wait(), s.processor_priority_interval_s)
+            self._wanted.clear()
+            started = time.monotonic()
+            if self.merging:
+                await self.publish_priorities()
+            await asyncio.sleep(max(s.processor_min_recompute_s - (time.monotonic() - started), 0))
+
+    async def publish_priorities(self) -> int:
+        """Compute every job's priority now and publish those that changed."""
+        self.epoch += 1
+        result = compute_priorities(
+            self.records.values(),
+            self.view.nodes.values(),
+            self.params,
+            self.settings.processor_policy,
+            time.time(),
+            self.epoch,
+            self.control.revision,
+        )
+        topic = self._out[PRIORITIES.base]
+        sent = 0
+        for update in result.updates:
+            seen = (round(update.score, 6), update.pending_reason)
+            if self.published.get(update.job_id) == seen:
+                continue
+            self.published[update.job_id] = seen
+            await topic.send(key=update.job_id.encode(), value=encode(update))
+            sent += 1
+        PRODUCED.labels(topic=PRIORITIES.base).inc(sent)
+        await self._send_delta(Delta(epoch=self.epoch))
+        for job_id in [j for j, r in self.records.items() if r.state == "ended"]:
+            self.published.pop(job_id, None)
+        changed = [n for n, a in result.allocated.items() if self.allocated.get(n) != a]
+        self.allocated = result.allocated
+        if changed:
+            await self._publish_views(changed)
+        return sent
+
+
+class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Whether this worker holds the merge partition: on assignment it rebuilds the
+    state from the topic's beginning and merges once it has read up to the end offset
+    of that moment; on revocation it stops."""
+
+    def __init__(self, merger: Merger) -> None:
+        self.merger = merger
+        self.consumer: AIOKafkaConsumer | None = None
+        self.loading: dict[TopicPartition, int] = {}
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.loading = {}
+        self.merger.step_down()
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if not assigned:
+            return
+        assert self.consumer is not None
+        self.merger.take_over()
+        await self.consumer.seek_to_beginning(*assigned)
+        self.loading = await self.consumer.end_offsets(list(assigned))
+
+    async def check_loaded(self) -> None:
+        """Start merging once every assigned partition has been read up to its end."""
+        if not self.loading:
+            return
+        assert self.consumer is not None
+        for tp, end in self.loading.items():
+            if await self.consumer.position(tp) < end:
+                return
+        self.loading = {}
+        self.merger.merged()
