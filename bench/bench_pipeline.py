@@ -6,9 +6,15 @@
   offsets, from its first commit to its last, so start-up is not counted.
 - ``..._vs_raw_consume_ratio``: against a bare aiokafka consumer that only decodes the same
   messages, measured in the same run.
+- ``processor_samples_per_s_2_workers``: the same samples drained by two processor
+  workers (two processes, a fresh app id) on this machine; ``processor_2_workers_vs_1_ratio``
+  against one worker in the same run. Each decodes half the partitions and sends its
+  parts of nodes to the merger, which one of the two also runs.
 - ``telemetry_to_priority_p99_s``: a simulated collector at 10,000 GPUs x 1 Hz for 20 s, with
   the processor running; for every NodeView received, receive time minus the newest sample
-  it reflects (``last_seen``, stamped when the sample was read). p50 too.
+  it reflects (``last_seen``, stamped when the sample was read). p50 too. Beside it,
+  ``telemetry_on_topic_p99_s``: the same for the samples themselves, read from the
+  telemetry topic (what the collector and the broker alone take on this machine).
 """
 
 from __future__ import annotations
@@ -85,7 +91,21 @@ async def _group_rate(bootstrap: str, group: str, topic: str, total: int) -> flo
         await admin.close()
 
 
-async def _latencies(bootstrap: str, topic: str, seconds: float) -> list[float]:
+async def _latencies(bootstrap: str, prefix: str, seconds: float) -> tuple[list[float], ...]:
+    """(node views: receive time minus the newest sample each reflects; the samples
+    themselves on the telemetry topic: receive time minus their time), read side by side."""
+    return tuple(
+        await asyncio.gather(
+            _lags(bootstrap, VIEW.name(prefix), seconds, NodeView, "last_seen"),
+            _lags(bootstrap, TELEMETRY.name(prefix), seconds, GpuTelemetrySample, "ts"),
+        )
+    )
+
+
+async def _lags(
+    bootstrap: str, topic: str, seconds: float, model: type[NodeView | GpuTelemetrySample],
+    field: str,
+) -> list[float]:  # fmt: skip
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="latest")
     await consumer.start()
     found: list[float] = []
@@ -94,9 +114,11 @@ async def _latencies(bootstrap: str, topic: str, seconds: float) -> list[float]:
         for records in (await consumer.getmany(timeout_ms=200)).values():
             now = time.time()
             for record in records:
-                view = decode(NodeView, record.value or b"")
-                if view.last_seen is not None:
-                    found.append(now - view.last_seen.timestamp())
+                event = decode(model, record.value or b"")
+                stamp = getattr(event, field)
+                # the collector's nodes (c*), not those of the samples drained before
+                if stamp is not None and event.node_id.startswith("c"):
+                    found.append(now - stamp.timestamp())
     await consumer.stop()
     return found
 
@@ -128,17 +150,30 @@ def _run(bootstrap: str, prefix: str) -> dict[str, float]:
                 _group_rate(bootstrap, f"{prefix}gpusched-processor-telemetry", topic, total)
             )
             cluster = work / "c.cluster.csv"
-            rows = [f"n{i:05d},V100,8,96000,786432" for i in range(GPUS // 8)]
+            rows = [f"c{i:05d},V100,8,96000,786432" for i in range(GPUS // 8)]
             cluster.write_text("node_id,gpu_type,num_gpu,cpu_milli,memory_mib\n" + "\n".join(rows))
             collector = subprocess.Popen(
                 [str(GPUSCHED), "collect", "--source", "simulated", "--cluster", str(cluster),
                  "--rounds", "25", "--interval", "1", "--speed", "1"],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            latencies = asyncio.run(_latencies(bootstrap, VIEW.name(prefix), 20.0))
+            latencies, raw_lags = asyncio.run(_latencies(bootstrap, prefix, 20.0))
             collector.wait(timeout=120)
         finally:
             stop(processor)
+        two = {**env, "GPUSCHED_PROCESSOR_APP_ID": "gpusched-processor-2w"}
+        workers = [
+            start(["process"], {**two, "GPUSCHED_PROCESSOR_DATA_DIR": str(work / f"p{i}")},
+                  work / f"process-{i}.log")
+            for i in range(2)
+        ]  # fmt: skip
+        try:
+            two_rate = asyncio.run(
+                _group_rate(bootstrap, f"{prefix}gpusched-processor-2w-telemetry", topic, total)
+            )
+        finally:
+            for worker in workers:
+                stop(worker)
         sink = start(["sink"], env, work / "sink.log")
         try:
             sink_rate = asyncio.run(_group_rate(bootstrap, f"{prefix}gpusched-sink", topic, total))
@@ -146,10 +181,16 @@ def _run(bootstrap: str, prefix: str) -> dict[str, float]:
             stop(sink)
     return {
         "processor_samples_per_s": proc_rate,
+        "processor_samples_per_s_2_workers": two_rate,
+        "processor_2_workers_vs_1_ratio": two_rate / proc_rate,
         "sink_samples_per_s": sink_rate,
         "raw_consume_decode_samples_per_s": raw,
         "processor_vs_raw_consume_ratio": proc_rate / raw,
         "sink_vs_raw_consume_ratio": sink_rate / raw,
         "telemetry_to_priority_p50_s": quantile(latencies, 0.5),
         "telemetry_to_priority_p99_s": quantile(latencies, 0.99),
+        "telemetry_on_topic_p99_s": quantile(raw_lags, 0.99),
+        "telemetry_to_priority_vs_on_topic_p99_ratio": (
+            quantile(latencies, 0.99) / quantile(raw_lags, 0.99)
+        ),
     }

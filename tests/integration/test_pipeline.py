@@ -156,7 +156,7 @@ def test_sigkill_of_processor_and_sink_loses_nothing(pipeline: Pipeline, tmp_pat
     )
     for table, expected in (("telemetry", total), ("job_events", len(jobs))):
         assert p.scalar(f"SELECT count() FROM {table} FINAL") == expected, table
-    # The restarted worker recovered the job table from its changelog: it publishes
+    # The restarted worker rebuilt the job table from the merge topic: it publishes
     # priorities for jobs it has not been sent again.
     p.wait_for(
         "priorities of every job from the restarted worker",

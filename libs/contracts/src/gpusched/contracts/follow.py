@@ -37,7 +37,9 @@ async def follow_topic(
     """Apply every valid record of ``topic`` (on the broker of ``kafka``: settings, or
     bootstrap servers without authentication) from its start, in partition order; set
     ``caught_up`` once what was there at start is applied. Runs until cancelled, and
-    reconnects (from the start again: ``apply`` must be idempotent) when the broker goes."""
+    reconnects (from the start again: ``apply`` must be idempotent) when the broker goes,
+    saying so once per outage (the health watcher reports the outage itself)."""
+    warned = False
     while True:
         consumer = AIOKafkaConsumer(
             topic,
@@ -50,6 +52,7 @@ async def follow_topic(
             ends: dict[TopicPartition, int] | None = None
             while True:
                 batches = await consumer.getmany(timeout_ms=200)
+                warned = warned and not batches  # records again: the next outage is news
                 for records in batches.values():
                     for record in records:
                         try:
@@ -64,7 +67,9 @@ async def follow_topic(
                     if all(positions[tp] >= end for tp, end in ends.items()):
                         caught_up.set()
         except (KafkaError, OSError) as exc:
-            log.warning("%s unreachable (%s); retrying", topic, exc.__class__.__name__)
+            say = log.debug if warned else log.warning
+            say("%s unreachable (%s); retrying", topic, exc.__class__.__name__)
+            warned = True
             await asyncio.sleep(1.0)
         finally:
             await consumer.stop()

@@ -18,9 +18,15 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from gpusched.contracts.errors import ProvisionError
 from gpusched.contracts.settings import KafkaSettings, client_options
-from gpusched.contracts.topics import DLQ_SUFFIX
+from gpusched.contracts.topics import DLQ_SUFFIX, Topic
 
-__all__ = ["TopicSpec", "declared_partitions", "ensure_topics", "topic_specs"]
+__all__ = [
+    "TopicSpec",
+    "declared_partitions",
+    "ensure_internal_topic",
+    "ensure_topics",
+    "topic_specs",
+]
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,21 @@ def topic_specs(prefix: str = "", path: Path | None = None) -> list[TopicSpec]:
             )
         )
     return specs
+
+
+async def ensure_internal_topic(kafka: KafkaSettings | str, name: str, like: Topic) -> None:
+    """Create a service's internal topic ``name`` where missing: one partition, compacted,
+    with as many replicas as the contract topic ``like`` has on this broker."""
+    admin = AIOKafkaAdminClient(**client_options(kafka), request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        prefix = kafka.topic_prefix if isinstance(kafka, KafkaSettings) else ""
+        described = await admin.describe_topics([like.name(prefix)])
+        partitions = described[0].get("partitions") or [{"replicas": [0]}]
+        replicas = len(partitions[0]["replicas"])
+    finally:
+        await admin.close()
+    await _create(kafka, [TopicSpec(name, 1, "compact", -1)], 30.0, replicas, None)
 
 
 def declared_partitions(name: str, path: Path | None = None) -> int:

@@ -41,7 +41,6 @@ from gpusched.contracts import (
     ContractError,
     ControlParameter,
     JobEvent,
-    dead_letter,
     dead_letter_for,
     decode,
 )
@@ -49,7 +48,6 @@ from gpusched.contracts.control import HEARTBEAT_S
 from gpusched.contracts.health import HealthServer, kafka_dependency, watch_kafka
 from gpusched.contracts.logs import logging_config
 from gpusched.contracts.metrics import CONSUMED, DEAD_LETTERED
-from gpusched.contracts.provision import declared_partitions
 from gpusched.contracts.topics import (
     CONTROL,
     HOSTS,
@@ -59,11 +57,9 @@ from gpusched.contracts.topics import (
     topic_for,
 )
 from gpusched.core import CoreError, Params
-from gpusched.processor.merger import Merger
+from gpusched.processor.merger import DeltaProducer, Merger
 from gpusched.processor.records import (
     Delta,
-    JobRecord,
-    fold_job,
 )
 from gpusched.processor.settings import ProcessorSettings
 from gpusched.processor.view import LiveView
@@ -81,105 +77,42 @@ class Processor:
         prefix = settings.topic_prefix
         self.prefix = prefix
         self.app_id = app_id = f"{prefix}{settings.processor_app_id}"
-        job_partitions = declared_partitions(JOBS.base)
         self.app = faust.App(
-            app_id,
+            app_id,  # Faust runs the tasks and timers; the consumers are aiokafka's
             broker=f"kafka://{settings.kafka_bootstrap_servers}",
-            store="memory://",
             datadir=str(settings.processor_data_dir / app_id),
-            topic_partitions=job_partitions,
-            key_serializer="json",  # the jobs table's changelog; the topics are raw bytes
-            value_serializer="json",
             web_enabled=False,
             broker_credentials=_credentials(settings),
-            broker_session_timeout=6.0,  # a killed worker's partitions move on within seconds
-            broker_heartbeat_interval=2.0,
-            producer_linger=0.005,
             **_static_member(settings),
         )
         app = self.app
-        # stage 1: the jobs of this worker's partitions that have not ended
-        self.jobs = app.Table("jobs", partitions=job_partitions)
-        self.merge_topic = app.topic(
-            f"{app_id}-merge",
-            partitions=1,
-            internal=True,  # Faust creates it
-            compacting=True,  # the latest delta of each key: the merger's state
-            key_serializer="raw",
-            value_serializer="raw",
-        )
         # what this worker has read of each node, per input partition ("t3": telemetry 3)
         self.parts: dict[str, LiveView] = {}
+        self.deltas = DeltaProducer(settings, f"{app_id}-merge")
+        app.on_before_shutdown.connect(self.deltas.stop)
         # stage 2: the merger's state, rebuilt from the merge topic when it takes over
-        self.merger = Merger(settings, app_id, app, self.merge_topic)
-        self._dlq = {t.base: self._topic(t.dlq(prefix)) for t in (TELEMETRY, HOSTS, JOBS, CONTROL)}
-        app.agent(self._topic(JOBS.name(prefix)), name="jobs")(self._on_jobs)
-        app.agent(self._topic(CONTROL.name(prefix)), name="control")(self._on_control)
+        self.merger = Merger(settings, app_id, self.deltas)
         app.task(self._telemetry)
-        app.task(self._merge)
+        app.task(self._jobs)
+        app.task(self.merger.run)
         app.task(self.merger.priorities)
         app.timer(1.0)(self.merger.stale_check)
         app.timer(HEARTBEAT_S)(self.merger.heartbeat)
         self.event_log = kafka_dependency(settings, log)
         app.task(self._watch_kafka)
 
-    def _topic(self, name: str) -> Any:
-        return self.app.topic(name, key_serializer="raw", value_serializer="raw")
-
-    async def _topics_ready(self) -> None:
-        """Until the first recovery is done, and the merge topic exists."""
-        tables: Any = self.app.tables  # the TableManager's recovery is not in its type
-        await tables.recovery.completed.wait()
-        await self.merge_topic.maybe_declare()  # created once (Faust's internal topic)
-
     # -- stage 1: every worker, for its partitions ---------------------------------------
-    async def _send_delta(self, delta: Delta) -> Any:
-        """Queue ``delta`` for the merger; the future resolves when it is acknowledged."""
-        return await self.merge_topic.send(key=delta.key(), value=delta.model_dump_json().encode())
-
-    async def _on_jobs(self, stream: Any) -> None:
-        async for event in stream.events():
-            CONSUMED.labels(topic=JOBS.base).inc()
-            try:
-                job_event = decode(JobEvent, event.value)
-            except ContractError as exc:
-                await self._dead_letter(JOBS, event, exc)
-                continue
-            stored = self.jobs.get(job_event.job_id)
-            before = JobRecord.model_validate(stored) if stored is not None else None
-            after = fold_job(before, job_event)
-            if after is None or after == before:
-                continue
-            await (await self._send_delta(Delta(job=after)))  # acknowledged before stored
-            if after.state == "ended":
-                del self.jobs[after.job_id]  # the merger keeps the ended ones it needs
-            else:
-                self.jobs[after.job_id] = after.model_dump(mode="json")
-
-    async def _on_control(self, stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                parameter = decode(ControlParameter, event.value)
-                Params().with_setting(parameter.name, parameter.value)  # a known name, in bounds
-            except ContractError as exc:
-                await self._dead_letter(CONTROL, event, exc)
-                continue
-            except CoreError as exc:  # the API checks bounds too; a direct writer may not
-                await self._dead_letter(CONTROL, event, exc)
-                await self.merger.report(self.merger.control.rejected(parameter, exc))
-                continue
-            await (await self._send_delta(Delta(parameter=parameter)))
-
-    async def _telemetry(self) -> None:
-        await self._topics_ready()
-        prefix, s = self.prefix, self.settings
+    async def _consume(self, topics: list[Topic], role: str, handle: Any) -> None:
+        """Consume ``topics`` in group ``<app>-<role>`` in batches; ``handle`` each batch
+        (it returns once the merger's deltas are acknowledged), then commit."""
+        await self.deltas.ready()
+        s = self.settings
         while True:
             consumer = AIOKafkaConsumer(
-                TELEMETRY.name(prefix),
-                HOSTS.name(prefix),
+                *(t.name(self.prefix) for t in topics),
                 **s.client_options(),
-                group_id=f"{self.app_id}-telemetry",
-                **s.group_options("telemetry"),
+                group_id=f"{self.app_id}-{role}",
+                **s.group_options(role),
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
                 max_partition_fetch_bytes=8 << 20,
@@ -193,13 +126,56 @@ class Processor:
                         timeout_ms=int(s.processor_flush_s * 1000), max_records=20_000
                     )
                     if batches:
-                        await self._ingest(batches)
+                        await handle(batches)
                         await consumer.commit()
             except (KafkaError, OSError) as exc:  # the watcher logs the outage once
-                log.debug("telemetry consumer lost the broker (%s); reconnecting", exc)
+                log.debug("%s consumer lost the broker (%s); reconnecting", role, exc)
                 await asyncio.sleep(1.0)
             finally:
                 await consumer.stop()
+
+    async def _telemetry(self) -> None:
+        await self._consume([TELEMETRY, HOSTS], "telemetry", self._ingest)
+
+    async def _jobs(self) -> None:
+        await self._consume([JOBS, CONTROL], "jobs", self._forward)
+
+    async def _forward(self, batches: dict[Any, list[Any]]) -> None:
+        """Job events and control parameters, checked, to the merger (which folds them:
+        they are few, and folding needs every job's record)."""
+        for tp, records in batches.items():
+            topic = topic_for(tp.topic, self.prefix)
+            CONSUMED.labels(topic=topic.base).inc(len(records))
+            for record in records:
+                delta = await self._checked(topic, record)
+                if delta is not None:
+                    await self.deltas.send(delta)
+        await self.deltas.flush()
+
+    async def _checked(self, topic: Topic, record: Any) -> Delta | None:
+        """The delta of a job event or control parameter; None when it was dead-lettered
+        (unreadable; a parameter of unknown name or out of bounds, also reported)."""
+        try:
+            if topic is JOBS:
+                return Delta(event=decode(JobEvent, record.value or b""))
+            parameter = decode(ControlParameter, record.value or b"")
+        except ContractError as exc:
+            await self._dead_letter(topic, record, exc)
+            return None
+        try:
+            Params().with_setting(parameter.name, parameter.value)
+        except CoreError as exc:  # the API checks bounds too; a direct writer may not
+            await self._dead_letter(topic, record, exc)
+            await self.merger.report(self.merger.control.rejected(parameter, exc))
+            return None
+        return Delta(parameter=parameter)
+
+    async def _dead_letter(self, topic: Topic, record: Any, error: Exception) -> None:
+        dead = dead_letter_for(record, error)
+        if topic not in (TELEMETRY, HOSTS):  # a flood of bad samples is counted, not logged
+            log.warning("dead-lettered %s@%s: %s", record.topic, record.offset, error)
+        await self.deltas.publish(topic.dlq(self.prefix), b"", dead.model_dump_json().encode())
+        DEAD_LETTERED.labels(topic=topic.dlq()).inc()
 
     async def _ingest(self, batches: dict[Any, list[Any]]) -> None:
         """Fold one batch into this worker's parts of the nodes it touches and send each
@@ -216,35 +192,14 @@ class Processor:
                 try:
                     observe(decode(topic.model, record.value or b""))
                 except ContractError as exc:
-                    dead = dead_letter_for(record, exc)
-                    await self._dlq[topic.base].send(value=dead.model_dump_json().encode())
-                    DEAD_LETTERED.labels(topic=topic.dlq()).inc()
+                    await self._dead_letter(topic, record, exc)
         for tag, part in self.parts.items():
             for node in part.take_dirty():
-                await self._send_delta(Delta(node=node, part=tag))
-        await self.app.producer.flush()
-
-    # -- stage 2: the merger -------------------------------------------------------------
-    async def _merge(self) -> None:
-        await self._topics_ready()
-        await self.merger.run()
+                await self.deltas.send(Delta(node=node, part=tag))
+        await self.deltas.flush()
 
     async def _watch_kafka(self) -> None:
         await watch_kafka(self.settings, self.event_log)
-
-    async def _dead_letter(self, topic: Topic, event: Any, error: Exception) -> None:
-        message = event.message
-        record = dead_letter(
-            message.topic,
-            event.value if isinstance(event.value, bytes) else b"",
-            error,
-            key=event.key if isinstance(event.key, bytes) else None,
-            partition=message.partition,
-            offset=message.offset,
-        )
-        log.warning("dead-lettered %s@%s: %s", message.topic, message.offset, error)
-        await self._dlq[topic.base].send(value=record.model_dump_json().encode())
-        DEAD_LETTERED.labels(topic=topic.dlq()).inc()
 
 
 def _credentials(settings: ProcessorSettings) -> faust.SASLCredentials | None:

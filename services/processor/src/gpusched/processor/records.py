@@ -1,6 +1,6 @@
-"""What the processor keeps per job and per node, folded from events (stored in Faust tables).
+"""What the processor keeps per job and per node, folded from events (and sends between its stages).
 
-Records are plain JSON-able pydantic models so that a Faust table's changelog holds them
+Records are plain JSON-able pydantic models so that the compacted merge topic holds them
 and a restarted worker rebuilds the same state.
 """
 
@@ -52,11 +52,14 @@ class JobRecord(BaseModel):
     preemptions: int = 0
     end_ts: float | None = None
     last_event_ts: float = 0.0
+    last_event_id: str | None = None  # the same event read twice is applied once
 
 
 def fold_job(record: JobRecord | None, event: JobEvent) -> JobRecord | None:
     """The record after ``event``; None for a lifecycle event of a job never submitted."""
     ts = event.ts.timestamp()
+    if record is not None and event.event_id == record.last_event_id:
+        return record
     if event.type is JobEventType.SUBMITTED:
         if record is not None:
             return record  # a replayed submission changes nothing
@@ -68,10 +71,11 @@ def fold_job(record: JobRecord | None, event: JobEvent) -> JobRecord | None:
             request=event.request,
             submit_ts=ts,
             last_event_ts=ts,
+            last_event_id=event.event_id,
         )
     if record is None or record.state == "ended" or ts < record.last_event_ts:
         return record
-    update: dict[str, object] = {"last_event_ts": ts}
+    update: dict[str, object] = {"last_event_ts": ts, "last_event_id": event.event_id}
     if event.type.holds_gpus:
         if record.state != "running":
             update["run_start"] = ts
@@ -178,7 +182,8 @@ class EndedJobs:
 class Delta(BaseModel):
     """What a worker sends the merger on the internal merge topic, keyed so that the
     compacted topic keeps the latest of each: exactly one of a job's record after an
-    event (``job:<id>``), a control parameter it accepted (``param:<name>``), its part
+    event (``job:<id>``, the merger's: it folds the events), a job event a worker read
+    (``event:<job id>``), a control parameter it accepted (``param:<name>``), its part
     of a node, everything it has read of that node on one input partition
     (``node:<id>:<part>``, ``part`` naming the topic and partition), or, from the merger
     itself, the last priority epoch it published (``epoch``: epochs keep increasing
@@ -189,6 +194,7 @@ class Delta(BaseModel):
     node: NodeRecord | None = None
     part: str | None = None
     job: JobRecord | None = None
+    event: JobEvent | None = None
     parameter: ControlParameter | None = None
     epoch: int | None = None
 
@@ -197,11 +203,14 @@ class Delta(BaseModel):
             return f"node:{self.node.node_id}:{self.part}".encode()
         if self.job is not None:
             return job_key(self.job.job_id)
+        if self.event is not None:
+            return f"event:{self.event.job_id}".encode()
         if self.parameter is not None:
             return f"param:{self.parameter.name}".encode()
         return b"epoch"
 
 
 def job_key(job_id: str) -> bytes:
-    """A job's key on the merge topic (a tombstone under it forgets the job)."""
+    """A job's record's key on the merge topic (a tombstone under it, and one under its
+    ``event:`` key, forget the job)."""
     return f"job:{job_id}".encode()

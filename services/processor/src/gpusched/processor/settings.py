@@ -26,7 +26,7 @@ class ProcessorSettings(KafkaSettings):
     processor_app_id: str = Field(
         default="gpusched-processor",
         description="Faust app id: the name of its consumer groups and internal topics "
-        "(<id>-merge, changelogs); the topic prefix is put in front",
+        "(<id>-merge); the topic prefix is put in front",
     )
     processor_policy: Annotated[str, AfterValidator(live_policy)] = Field(
         default="dynamic", description="policy whose priorities it publishes"
