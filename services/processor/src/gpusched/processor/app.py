@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
 from gpusched.contracts import (
@@ -57,10 +56,8 @@ from gpusched.contracts.topics import (
     topic_for,
 )
 from gpusched.core import CoreError, Params
-from gpusched.processor.merger import DeltaProducer, Merger
-from gpusched.processor.records import (
-    Delta,
-)
+from gpusched.processor.merger import DeltaProducer, Merger, group_consumer
+from gpusched.processor.records import Delta
 from gpusched.processor.settings import ProcessorSettings
 from gpusched.processor.view import LiveView
 
@@ -108,17 +105,8 @@ class Processor:
         await self.deltas.ready()
         s = self.settings
         while True:
-            consumer = AIOKafkaConsumer(
-                *(t.name(self.prefix) for t in topics),
-                **s.client_options(),
-                group_id=f"{self.app_id}-{role}",
-                **s.group_options(role),
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_partition_fetch_bytes=8 << 20,
-                session_timeout_ms=6_000,
-                heartbeat_interval_ms=2_000,
-            )
+            names = (t.name(self.prefix) for t in topics)
+            consumer = group_consumer(s, self.app_id, role, *names)
             try:
                 await consumer.start()
                 while True:

@@ -39,9 +39,28 @@ from gpusched.processor.records import (
 from gpusched.processor.settings import ProcessorSettings
 from gpusched.processor.view import LiveView
 
-__all__ = ["DeltaProducer", "Merger"]
+__all__ = ["DeltaProducer", "Merger", "group_consumer"]
 
 log = logging.getLogger(__name__)
+
+
+def group_consumer(
+    settings: ProcessorSettings, app_id: str, role: str, *topics: str
+) -> AIOKafkaConsumer:
+    """A member of the processor's consumer group ``<app id>-<role>`` (static with
+    ``GPUSCHED_KAFKA_INSTANCE_ID``) that commits itself, after its batch is handled;
+    a killed worker's partitions move on after 6 s."""
+    return AIOKafkaConsumer(
+        *topics,
+        **settings.client_options(),
+        group_id=f"{app_id}-{role}",
+        **settings.group_options(role),
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=8 << 20,
+        session_timeout_ms=6_000,
+        heartbeat_interval_ms=2_000,
+    )
 
 
 class DeltaProducer:
@@ -128,16 +147,7 @@ class Merger:
         s, topic = self.settings, self.deltas.topic
         while True:
             ownership = _Ownership(self)
-            consumer = AIOKafkaConsumer(
-                **s.client_options(),
-                group_id=f"{self.app_id}-merger",
-                **s.group_options("merger"),
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                max_partition_fetch_bytes=8 << 20,
-                session_timeout_ms=6_000,
-                heartbeat_interval_ms=2_000,
-            )
+            consumer = group_consumer(s, self.app_id, "merger")
             consumer.subscribe([topic], listener=ownership)
             ownership.consumer = consumer
             try:
@@ -218,7 +228,7 @@ class Merger:
         it already, or be further on)."""
         before = self.records.get(incoming.job_id)
         after = newer_job(before, incoming)
-        if after is not before:
+        if after != before:  # its own record read back changes nothing
             await self._keep(after)
 
     async def _keep(self, after: JobRecord) -> None:

@@ -170,13 +170,19 @@ class EndedJobs:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self._by_tenant: dict[str, list[tuple[float, str]]] = {}
+        self._kept: set[str] = set()
 
     def add(self, record: JobRecord) -> list[str]:
-        """Note an ended job; the ids of the jobs to forget now (the oldest beyond the
-        limit of its tenant)."""
+        """Note an ended job (once: noting it again changes nothing); the ids of the jobs
+        to forget now (the oldest beyond the limit of its tenant)."""
+        if record.job_id in self._kept:
+            return []
+        self._kept.add(record.job_id)
         kept = self._by_tenant.setdefault(record.tenant, [])
         heapq.heappush(kept, (record.end_ts or 0.0, record.job_id))
-        return [heapq.heappop(kept)[1] for _ in range(len(kept) - self.limit)]
+        gone = [heapq.heappop(kept)[1] for _ in range(len(kept) - self.limit)]
+        self._kept.difference_update(gone)
+        return gone
 
 
 class Delta(BaseModel):
