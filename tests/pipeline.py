@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 
 import httpx
 from aiokafka import AIOKafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.local.procs import free_port, gpusched_executable, port_open
 
-__all__ = ["Pipeline", "free_port", "free_ports", "produce", "write_cluster"]
+__all__ = ["Pipeline", "free_port", "free_ports", "metric_samples", "produce", "write_cluster"]
 
 T = TypeVar("T")
 GPUSCHED = gpusched_executable()
@@ -30,6 +31,16 @@ def free_ports(count: int) -> int:
         base = free_port()
         if base + count < 65535 and not any(port_open(base + i) for i in range(1, count)):
             return base
+
+
+def metric_samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A service's /metrics: (sample name, sorted labels) -> value."""
+    text = httpx.get(url, timeout=5).text
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def write_cluster(

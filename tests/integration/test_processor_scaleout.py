@@ -14,7 +14,7 @@ from gpusched.contracts.topics import JOBS
 from gpusched.core import Params
 from gpusched.processor.priorities import compute_priorities
 from gpusched.processor.records import GpuReading, JobRecord, NodeRecord, fold_job
-from tests.pipeline import Pipeline, produce, write_cluster
+from tests.pipeline import Pipeline, free_port, metric_samples, produce, write_cluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -73,10 +73,12 @@ def test_three_workers_one_merger_and_failover(pipeline: Pipeline, tmp_path: Pat
     p = pipeline
     cluster = write_cluster(tmp_path / "c.cluster.csv", nodes=NODES, gpus_per_node=8)
     p.start_sink()
+    ports = {worker: free_port() for worker in WORKERS}
     for i, worker in enumerate(WORKERS):
         p.start_as(
             worker,
             "process",
+            GPUSCHED_HEALTH_PORT=str(ports[worker]),
             GPUSCHED_KAFKA_INSTANCE_ID=f"w{i}",
             GPUSCHED_PROCESSOR_DATA_DIR=str(tmp_path / worker),
             GPUSCHED_PROCESSOR_POLICY="fifo",  # scores that do not move with the clock
@@ -97,6 +99,13 @@ def test_three_workers_one_merger_and_failover(pipeline: Pipeline, tmp_path: Pat
     )
     p.wait_for("every job's priority", lambda: len(_latest_priorities(p)) == 40)
     first = _merger(p)
+    merging = {  # what an operator sees: one worker's gauge is 1
+        w: metric_samples(f"http://127.0.0.1:{ports[w]}/metrics")[
+            ("gpusched_processor_merging", ())
+        ]
+        for w in WORKERS
+    }
+    assert merging == {w: float(w == first) for w in WORKERS}
     # one publisher: no (epoch, job) twice
     assert (
         p.scalar(

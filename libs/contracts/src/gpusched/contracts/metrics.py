@@ -18,8 +18,10 @@ __all__ = [
     "FORECAST_FIT_SECONDS",
     "INSERT_ROWS",
     "INSERT_SECONDS",
+    "MERGING",
     "METRICS",
     "PRODUCED",
+    "VIEW_LAG_SECONDS",
 ]
 
 CONSUMED = Counter(
@@ -36,7 +38,8 @@ CONSUMER_LAG = Gauge(
 )
 BATCH_EVENTS = Histogram(
     "gpusched_batch_events",
-    "Events per batch the sink inserts",
+    "Events per batch a consumer handles (the sink's inserts, the processor's groups)",
+    ["consumer"],
     buckets=(1, 10, 100, 1_000, 5_000, 10_000, 25_000, 50_000, 100_000),
 )
 INSERT_ROWS = Counter("gpusched_inserted_rows", "Rows inserted into a store table", ["table"])
@@ -55,6 +58,15 @@ DISPATCH_DECISIONS = Counter(
     "Decisions the dispatcher made and handed to the backend (applied or refused)",
     ["kind"],
 )
+VIEW_LAG_SECONDS = Histogram(
+    "gpusched_view_lag_seconds",
+    "Time from a node's newest reading to the processor publishing its NodeView",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
+MERGING = Gauge(
+    "gpusched_processor_merging",
+    "1 while this processor worker merges the whole cluster (one worker at a time)",
+)
 FORECAST_FIT_SECONDS = Histogram(
     "gpusched_forecast_fit_seconds",
     "Time to fit and publish one round of forecasts",
@@ -63,7 +75,7 @@ FORECAST_FIT_SECONDS = Histogram(
 
 _ALL = (
     CONSUMED, PRODUCED, DEAD_LETTERED, CONSUMER_LAG, BATCH_EVENTS, INSERT_ROWS, INSERT_SECONDS,
-    DISPATCH_CYCLE_SECONDS, DISPATCH_DECISIONS, FORECAST_FIT_SECONDS,
+    DISPATCH_CYCLE_SECONDS, DISPATCH_DECISIONS, VIEW_LAG_SECONDS, MERGING, FORECAST_FIT_SECONDS,
 )  # fmt: skip
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 

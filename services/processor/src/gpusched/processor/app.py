@@ -46,7 +46,7 @@ from gpusched.contracts import (
 from gpusched.contracts.control import HEARTBEAT_S
 from gpusched.contracts.health import HealthServer, kafka_dependency, watch_kafka
 from gpusched.contracts.logs import logging_config
-from gpusched.contracts.metrics import CONSUMED, DEAD_LETTERED
+from gpusched.contracts.metrics import BATCH_EVENTS, CONSUMED, DEAD_LETTERED
 from gpusched.contracts.topics import (
     CONTROL,
     HOSTS,
@@ -114,6 +114,8 @@ class Processor:
                         timeout_ms=int(s.processor_flush_s * 1000), max_records=20_000
                     )
                     if batches:
+                        events = sum(len(records) for records in batches.values())
+                        BATCH_EVENTS.labels(consumer=role).observe(events)
                         await handle(batches)
                         await consumer.commit()
             except (KafkaError, OSError) as exc:  # the watcher logs the outage once

@@ -22,7 +22,7 @@ from aiokafka.errors import KafkaError
 
 from gpusched.contracts import ControlParameter, ControlStatus, JobEvent, encode
 from gpusched.contracts.control import ControlRevision
-from gpusched.contracts.metrics import PRODUCED
+from gpusched.contracts.metrics import BATCH_EVENTS, MERGING, PRODUCED, VIEW_LAG_SECONDS
 from gpusched.contracts.provision import ensure_internal_topic
 from gpusched.contracts.settings import producer_options
 from gpusched.contracts.topics import CONTROL_STATUS, JOBS, PRIORITIES, VIEW
@@ -157,11 +157,12 @@ class Merger:
                         timeout_ms=int(s.processor_flush_s * 1000), max_records=20_000
                     )
                     for records in batches.values():
+                        BATCH_EVENTS.labels(consumer="merger").observe(len(records))
                         await self._fold(records)
                     await ownership.check_loaded()
                     if self.merging:
                         changed = self.view.take_dirty()
-                        await self._publish_views([n.node_id for n in changed])
+                        await self._publish_views([n.node_id for n in changed], readings=True)
             except (KafkaError, OSError) as exc:  # the watcher logs the outage once
                 log.debug("merge consumer lost the broker (%s); reconnecting", exc)
                 await asyncio.sleep(1.0)
@@ -180,10 +181,12 @@ class Merger:
         if self.merging:
             log.info("no longer merging the whole cluster's view")
         self.merging = False
+        MERGING.set(0)
         self.take_over()  # frees the state
 
     def merged(self) -> None:
         self.merging = True
+        MERGING.set(1)
         self.view.dirty.update(self.view.nodes)  # every node's view again, as merged
         log.info(
             "merging the whole cluster's view (%d jobs, %d nodes)",
@@ -274,15 +277,19 @@ class Merger:
     def set_param(self, name: str, value: float | bool | str) -> None:
         self.params = self.params.with_setting(name, value)
 
-    async def _publish_views(self, node_ids: list[str]) -> None:
+    async def _publish_views(self, node_ids: list[str], readings: bool = False) -> None:
         """Each node's view. Every loop that publishes stops once this worker has stepped
-        down (a rebalance while it awaits a send), and reads the state it started with."""
+        down (a rebalance while it awaits a send), and reads the state it started with.
+        ``readings``: published for new readings, so their lag is measured (not for a node
+        gone stale, or a change of allocation)."""
         now, live, allocated = time.time(), self.view, self.allocated
         topic = self._out[VIEW.base]
         for node_id in node_ids:
             if not self.merging:
                 return
             view = live.node_view(node_id, now, allocated.get(node_id, 0.0))
+            if readings and view.last_seen is not None:
+                VIEW_LAG_SECONDS.observe(max(now - view.last_seen.timestamp(), 0.0))
             await self.deltas.publish(topic, node_id.encode(), encode(view))
         PRODUCED.labels(topic=VIEW.base).inc(len(node_ids))
         await self.deltas.flush()

@@ -213,7 +213,7 @@ class Sink:
     async def _write(self, batch: Sequence[ConsumerRecord], producer: AIOKafkaProducer) -> None:
         events: list[BaseModel] = []
         dead: list[tuple[str, DeadLetter]] = []
-        BATCH_EVENTS.observe(len(batch))
+        BATCH_EVENTS.labels(consumer="sink").observe(len(batch))
         for record in batch:
             topic = topic_for(record.topic, self.prefix)
             CONSUMED.labels(topic=topic.base).inc()
