@@ -197,7 +197,6 @@ class Merger:
 
     async def _fold(self, records: list[Any]) -> None:
         for record in records:
-            kind = record.key.split(b":", 1)[0]
             if record.value is None:  # a tombstone: a job forgotten
                 self.records.pop(record.key.decode().split(":", 1)[1], None)
                 continue
@@ -213,7 +212,7 @@ class Merger:
             elif delta.epoch is not None:
                 self.epoch = max(self.epoch, delta.epoch)
             else:
-                log.warning("merge topic: an empty delta under %r", kind)
+                log.warning("merge topic: an empty delta under %r", record.key)
 
     async def _fold_event(self, event: JobEvent) -> None:
         """A job event folded into its record; the record goes on the topic too (the

@@ -127,39 +127,38 @@ class NodeRecord(BaseModel):
 
     def observe_host(self, sample: HostSample) -> None:
         """Keep ``sample`` if it is the newest host reading."""
-        ts = sample.ts.timestamp()
+        self._keep_host(sample.ts.timestamp(), sample.cpu_milli, sample.memory_mib)
+
+    def _keep_host(self, ts: float, cpu_milli: int | None, memory_mib: int | None) -> None:
         if self.host_ts is None or ts >= self.host_ts:
-            self.host_ts, self.cpu_milli, self.memory_mib = ts, sample.cpu_milli, sample.memory_mib
+            self.host_ts, self.cpu_milli, self.memory_mib = ts, cpu_milli, memory_mib
+
+    def _keep_gpu(self, uuid: str, reading: GpuReading) -> None:
+        """Keep ``reading`` if it is the newest of its GPU."""
+        seen = self.gpus.get(uuid)
+        if seen is None or reading.ts >= seen.ts:
+            self.gpus[uuid] = reading
 
     def merge(self, part: NodeRecord) -> None:
         """Fold in the readings another worker saw of this node (the GPUs whose telemetry
         partitions it reads), keeping the newest of each GPU and of the host."""
         for uuid, reading in part.gpus.items():
-            seen = self.gpus.get(uuid)
-            if seen is None or reading.ts >= seen.ts:
-                self.gpus[uuid] = reading
-        if part.host_ts is not None and (self.host_ts is None or part.host_ts >= self.host_ts):
-            self.host_ts, self.cpu_milli, self.memory_mib = (
-                part.host_ts,
-                part.cpu_milli,
-                part.memory_mib,
-            )
+            self._keep_gpu(uuid, reading)
+        if part.host_ts is not None:
+            self._keep_host(part.host_ts, part.cpu_milli, part.memory_mib)
         if part.gpu_model != NO_GPU:
             self.gpu_model = part.gpu_model
 
     def observe(self, sample: GpuTelemetrySample) -> None:
         """Keep ``sample`` if it is the newest of its GPU."""
-        ts = sample.ts.timestamp()
-        seen = self.gpus.get(sample.gpu_uuid)
-        if seen is not None and seen.ts > ts:
-            return
-        self.gpus[sample.gpu_uuid] = GpuReading(
+        reading = GpuReading(
             gpu_index=sample.gpu_index,
-            ts=ts,
+            ts=sample.ts.timestamp(),
             utilization_pct=sample.utilization_pct,
             power_w=sample.power_w,
             ecc_uncorrected=sample.ecc_uncorrected,
         )
+        self._keep_gpu(sample.gpu_uuid, reading)
 
 
 class EndedJobs:
