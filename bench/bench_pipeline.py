@@ -13,22 +13,32 @@
 - ``telemetry_to_priority_p99_s``: a simulated collector at 10,000 GPUs x 1 Hz for 20 s, with
   the processor running; for every NodeView received, receive time minus the newest sample
   it reflects (``last_seen``, stamped when the sample was read). p50 too. Beside it,
-  ``telemetry_on_topic_p99_s``: the same for the samples themselves, read from the
-  telemetry topic (what the collector and the broker alone take on this machine).
+  ``telemetry_on_topic_p99_s``: the same for one in ten of the samples themselves, read
+  from the telemetry topic (what the collector and the broker alone take on this machine:
+  the simulated collector stamps a round's 10,000 samples at once and takes most of a
+  second to send them, where each node's own collector would send its 8 at once).
+- ``telemetry_logged_to_view_p99_s``: the processor's part: for every NodeView, receive
+  time minus when the broker appended the newest sample it reflects to the telemetry
+  topic (the record's timestamp, LogAppendTime for this run; read by a second process).
+  p50 too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import multiprocessing
 import os
 import subprocess
 import tempfile
 import time
 import uuid
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from gpusched.contracts import GpuTelemetrySample, NodeView, decode, encode
 from gpusched.contracts.topics import TELEMETRY, VIEW
@@ -91,21 +101,28 @@ async def _group_rate(bootstrap: str, group: str, topic: str, total: int) -> flo
         await admin.close()
 
 
-async def _latencies(bootstrap: str, prefix: str, seconds: float) -> tuple[list[float], ...]:
+async def _latencies(
+    bootstrap: str, prefix: str, seconds: float
+) -> tuple[list[float], list[float], list[tuple[str, float, float]]]:
     """(node views: receive time minus the newest sample each reflects; the samples
-    themselves on the telemetry topic: receive time minus their time), read side by side."""
-    return tuple(
-        await asyncio.gather(
-            _lags(bootstrap, VIEW.name(prefix), seconds, NodeView, "last_seen"),
-            _lags(bootstrap, TELEMETRY.name(prefix), seconds, GpuTelemetrySample, "ts"),
-        )
+    themselves on the telemetry topic: receive time minus their time; each view's node,
+    newest sample time and receive time), read side by side."""
+    views: list[tuple[str, float, float]] = []
+    view_lags, raw_lags = await asyncio.gather(
+        _lags(bootstrap, VIEW.name(prefix), seconds, NodeView, "last_seen", 1, views),
+        _lags(bootstrap, TELEMETRY.name(prefix), seconds, GpuTelemetrySample, "ts", 10, []),
     )
+    return view_lags, raw_lags, views
 
 
 async def _lags(
     bootstrap: str, topic: str, seconds: float, model: type[NodeView | GpuTelemetrySample],
-    field: str,
+    field: str, every: int, seen: list[tuple[str, float, float]],
 ) -> list[float]:  # fmt: skip
+    """Receive time minus ``field`` of every ``every``-th record (one in ten of the 10,000
+    samples a second: decoding them all in this process delayed its reading of both
+    topics, and counted as the pipeline's lag); each one's (node, stamp, receive time)
+    appended to ``seen``."""
     consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="latest")
     await consumer.start()
     found: list[float] = []
@@ -113,14 +130,59 @@ async def _lags(
     while time.monotonic() < end:
         for records in (await consumer.getmany(timeout_ms=200)).values():
             now = time.time()
-            for record in records:
+            for record in records[::every]:
                 event = decode(model, record.value or b"")
                 stamp = getattr(event, field)
                 # the collector's nodes (c*), not those of the samples drained before
                 if stamp is not None and event.node_id.startswith("c"):
                     found.append(now - stamp.timestamp())
+                    seen.append((event.node_id, stamp.timestamp(), now))
     await consumer.stop()
     return found
+
+
+def _logged_times(bootstrap: str, topic: str, seconds: float) -> dict[tuple[str, float], float]:
+    """In a process of its own (it decodes every sample): for each (node, sample time),
+    when the first of those samples was appended to the topic's log (the record's
+    timestamp: LogAppendTime)."""
+
+    async def read() -> dict[tuple[str, float], float]:
+        consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="latest")
+        await consumer.start()
+        logged: dict[tuple[str, float], float] = {}
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                for record in records:
+                    sample = decode(GpuTelemetrySample, record.value or b"")
+                    key = (sample.node_id, sample.ts.timestamp())
+                    logged[key] = min(logged.get(key, math.inf), record.timestamp / 1000)
+        await consumer.stop()
+        return logged
+
+    return asyncio.run(read())
+
+
+def _from_log(
+    views: list[tuple[str, float, float]], logged: dict[tuple[str, float], float]
+) -> list[float]:
+    """Each view's receive time minus when the newest sample it reflects was logged."""
+    return [seen - logged[node, stamp] for node, stamp, seen in views if (node, stamp) in logged]
+
+
+async def _log_append_time(bootstrap: str, topic: str) -> None:
+    """Stamp ``topic``'s records with the broker's append time rather than the producer's
+    (the collector's loop holds a record it has queued for as long as it takes to queue
+    the rest of its batch, which is the collector's time, not the processor's)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        resource = ConfigResource(
+            ConfigResourceType.TOPIC, topic, {"message.timestamp.type": "LogAppendTime"}
+        )
+        await admin.alter_configs([resource])
+    finally:
+        await admin.close()
 
 
 def run() -> dict[str, float]:
@@ -149,6 +211,7 @@ def _run(bootstrap: str, prefix: str) -> dict[str, float]:
             proc_rate = asyncio.run(
                 _group_rate(bootstrap, f"{prefix}gpusched-processor-telemetry", topic, total)
             )
+            asyncio.run(_log_append_time(bootstrap, topic))
             cluster = work / "c.cluster.csv"
             rows = [f"c{i:05d},V100,8,96000,786432" for i in range(GPUS // 8)]
             cluster.write_text("node_id,gpu_type,num_gpu,cpu_milli,memory_mib\n" + "\n".join(rows))
@@ -157,7 +220,10 @@ def _run(bootstrap: str, prefix: str) -> dict[str, float]:
                  "--rounds", "25", "--interval", "1", "--speed", "1"],
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
-            latencies, raw_lags = asyncio.run(_latencies(bootstrap, prefix, 20.0))
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                logged = pool.submit(_logged_times, bootstrap, topic, 21.0)
+                latencies, raw_lags, views = asyncio.run(_latencies(bootstrap, prefix, 20.0))
+                from_log = _from_log(views, logged.result())
             collector.wait(timeout=120)
         finally:
             stop(processor)
@@ -190,6 +256,8 @@ def _run(bootstrap: str, prefix: str) -> dict[str, float]:
         "telemetry_to_priority_p50_s": quantile(latencies, 0.5),
         "telemetry_to_priority_p99_s": quantile(latencies, 0.99),
         "telemetry_on_topic_p99_s": quantile(raw_lags, 0.99),
+        "telemetry_logged_to_view_p50_s": quantile(from_log, 0.5),
+        "telemetry_logged_to_view_p99_s": quantile(from_log, 0.99),
         "telemetry_to_priority_vs_on_topic_p99_ratio": (
             quantile(latencies, 0.99) / quantile(raw_lags, 0.99)
         ),

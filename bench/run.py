@@ -26,6 +26,7 @@ def _load(path: Path) -> object:
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # a worker process it spawns imports it by name
     spec.loader.exec_module(module)
     return module
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from gpusched.contracts import ControlParameter, JobEvent, JobRequest
 from gpusched.processor import ProcessorSettings
+from gpusched.processor.deltas import MERGED_BY
 from gpusched.processor.merger import Merger
 from gpusched.processor.records import Delta, GpuReading, NodeRecord, fold_job
 
@@ -26,7 +27,7 @@ class _Unused:
 
 def _record(delta: Delta | None, key: bytes | None = None) -> Any:
     value = delta.model_dump_json().encode() if delta is not None else None
-    return SimpleNamespace(key=key or (delta.key() if delta else b""), value=value)
+    return SimpleNamespace(key=key or (delta.key() if delta else b""), value=value, headers=())
 
 
 def _event(job: str, kind: str, at: float, **extra: Any) -> JobEvent:
@@ -58,6 +59,22 @@ def test_a_node_is_the_union_of_its_parts_newest_reading_first() -> None:
     )
     node = merger.view.nodes["n0"]
     assert {u: g.ts for u, g in node.gpus.items()} == {"g0": 5.0, "g1": 9.0, "g2": 6.0}
+
+
+def test_an_earlier_node_part_is_read_and_an_unreadable_delta_skipped() -> None:
+    """After an upgrade the compacted topic still holds node parts in the form the
+    earlier version wrote (each GPU's reading an object, not an array): they are read.
+    A delta that is not readable at all is skipped, and the rest folded."""
+    old_form = SimpleNamespace(
+        key=b"node:n1:t0",
+        value=b'{"node": {"node_id": "n1", "gpu_model": "V100", "gpus": {"g9": {"gpu_index": 0,'
+        b' "ts": 1.0, "utilization_pct": 1.0, "power_w": 1.0}}}, "part": "t0"}',
+        headers=(),
+    )
+    garbled = SimpleNamespace(key=b"node:n2:t0", value=b'{"node": {"node_id": 7}}', headers=())
+    merger = _load([old_form, garbled, _record(_part("n0", {"g0": 5.0}, "t0"))])
+    assert set(merger.view.nodes) == {"n0", "n1"}
+    assert merger.view.nodes["n1"].gpus["g9"] == GpuReading(0, 1.0, 1.0, 1.0)
 
 
 def test_job_events_fold_once_and_records_never_go_back() -> None:
@@ -108,3 +125,29 @@ def test_ended_jobs_beyond_the_limit_are_forgotten() -> None:
     merger = _load(records, processor_ended_jobs_per_tenant=2)
     assert sorted(merger.records) == ["j3", "j4"]
     assert merger.ended.add(merger.records["j4"]) == []  # noted once
+
+
+def test_the_merger_folds_its_own_parts_once() -> None:
+    """A worker that merges folds its own node parts in as it sends them, with its merge
+    session in a header; read back from the topic they are skipped. A part of an earlier
+    session (before a step-down) is folded like any other."""
+    merger = _load([])
+    merger.merged()
+    session = merger.merge_own([_part("n0", {"g0": 5.0}, "t0").node])  # type: ignore[list-item]
+    assert session is not None
+    assert merger.view.nodes["n0"].gpus["g0"].ts == 5.0
+
+    def sent(delta: Delta, by: bytes) -> Any:
+        return SimpleNamespace(**{**vars(_record(delta)), "headers": [(MERGED_BY, by)]})
+
+    asyncio.run(
+        merger._fold(
+            [
+                sent(_part("n1", {"g1": 5.0}, "t0"), session),
+                sent(_part("n2", {"g2": 5.0}, "t0"), b"old"),
+            ]
+        )
+    )
+    assert set(merger.view.nodes) == {"n0", "n2"}
+    merger.step_down()
+    assert merger.merge_own([_part("n3", {"g3": 5.0}, "t0").node]) is None  # type: ignore[list-item]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,17 +32,9 @@ class TableSpec:
     name: str
     model: type[BaseModel]
     columns: tuple[str, ...]
-    rows: Callable[[Any], Iterable[Row]]
-
-
-def _fields(columns: Sequence[str]) -> Callable[[BaseModel], Iterable[Row]]:
-    """Rows made of the event's own fields, in column order (enums as their value)."""
-
-    def rows(event: BaseModel) -> Iterable[Row]:
-        data = event.model_dump(mode="python")
-        yield [getattr(data[c], "value", data[c]) for c in columns]
-
-    return rows
+    # how an event becomes rows; None: the columns are the event's own fields, and the
+    # engine reads the event's JSON as its row (``Store.insert_events``)
+    rows: Callable[[Any], Iterable[Row]] | None = None
 
 
 def _job_rows(e: JobEvent) -> Iterable[Row]:
@@ -167,8 +159,8 @@ _VIEW_COLUMNS = (
 _HOST_COLUMNS = ("event_id", "ts", "node_id", "cpu_milli", "memory_mib", "interval_s", "source")
 
 TABLES: tuple[TableSpec, ...] = (
-    TableSpec("telemetry", GpuTelemetrySample, _TELEMETRY_COLUMNS, _fields(_TELEMETRY_COLUMNS)),
-    TableSpec("host_samples", HostSample, _HOST_COLUMNS, _fields(_HOST_COLUMNS)),
+    TableSpec("telemetry", GpuTelemetrySample, _TELEMETRY_COLUMNS),
+    TableSpec("host_samples", HostSample, _HOST_COLUMNS),
     TableSpec(
         "job_events",
         JobEvent,
@@ -191,8 +183,8 @@ TABLES: tuple[TableSpec, ...] = (
         ),
         _job_rows,
     ),
-    TableSpec("placements", PlacementDecision, _PLACEMENT_COLUMNS, _fields(_PLACEMENT_COLUMNS)),
-    TableSpec("priorities", PriorityUpdate, _PRIORITY_COLUMNS, _fields(_PRIORITY_COLUMNS)),
+    TableSpec("placements", PlacementDecision, _PLACEMENT_COLUMNS),
+    TableSpec("priorities", PriorityUpdate, _PRIORITY_COLUMNS),
     TableSpec(
         "forecasts",
         DemandForecast,
@@ -212,7 +204,7 @@ TABLES: tuple[TableSpec, ...] = (
         ),
         _forecast_rows,
     ),
-    TableSpec("node_views", NodeView, _VIEW_COLUMNS, _fields(_VIEW_COLUMNS)),
+    TableSpec("node_views", NodeView, _VIEW_COLUMNS),
     TableSpec(
         "control_params",
         ControlParameter,
@@ -231,7 +223,7 @@ TABLES: tuple[TableSpec, ...] = (
         ),
         _control_rows,
     ),
-    TableSpec("control_status", ControlStatus, _STATUS_COLUMNS, _fields(_STATUS_COLUMNS)),
+    TableSpec("control_status", ControlStatus, _STATUS_COLUMNS),
 )
 
 

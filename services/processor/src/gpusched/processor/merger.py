@@ -13,25 +13,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
+from pydantic import ValidationError
 
 from gpusched.contracts import ControlParameter, ControlStatus, JobEvent, encode
 from gpusched.contracts.control import ControlRevision
 from gpusched.contracts.metrics import BATCH_EVENTS, MERGING, PRODUCED, VIEW_LAG_SECONDS
-from gpusched.contracts.provision import ensure_internal_topic
-from gpusched.contracts.settings import producer_options
-from gpusched.contracts.topics import CONTROL_STATUS, JOBS, PRIORITIES, VIEW
+from gpusched.contracts.topics import CONTROL_STATUS, PRIORITIES, VIEW
 from gpusched.core import Params
+from gpusched.processor.deltas import MERGED_BY, DeltaProducer, group_consumer
 from gpusched.processor.priorities import compute_priorities
 from gpusched.processor.records import (
     Delta,
     EndedJobs,
     JobRecord,
+    NodeRecord,
     fold_job,
     job_key,
     newer_job,
@@ -39,81 +41,9 @@ from gpusched.processor.records import (
 from gpusched.processor.settings import ProcessorSettings
 from gpusched.processor.view import LiveView
 
-__all__ = ["DeltaProducer", "Merger", "group_consumer"]
+__all__ = ["Merger"]
 
 log = logging.getLogger(__name__)
-
-
-def group_consumer(
-    settings: ProcessorSettings, app_id: str, role: str, *topics: str
-) -> AIOKafkaConsumer:
-    """A member of the processor's consumer group ``<app id>-<role>`` (static with
-    ``GPUSCHED_KAFKA_INSTANCE_ID``) that commits itself, after its batch is handled;
-    a killed worker's partitions move on after 6 s."""
-    return AIOKafkaConsumer(
-        *topics,
-        **settings.client_options(),
-        group_id=f"{app_id}-{role}",
-        **settings.group_options(role),
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=8 << 20,
-        session_timeout_ms=6_000,
-        heartbeat_interval_ms=2_000,
-    )
-
-
-class DeltaProducer:
-    """Sends deltas to the merge topic, and the merger's views, priorities and reports:
-    a plain aiokafka producer, as Faust's per-message send path is several times slower
-    for the thousands of node parts and views a second at 10,000 GPUs. Started once, by
-    whichever stage needs it first."""
-
-    def __init__(self, settings: ProcessorSettings, topic: str) -> None:
-        self.settings, self.topic = settings, topic
-        self._producer: AIOKafkaProducer | None = None
-        self._lock = asyncio.Lock()
-
-    async def ready(self) -> None:
-        """Once the merge topic exists (created here the first time) and the producer
-        has started."""
-        await self._started()
-
-    async def _started(self) -> AIOKafkaProducer:
-        async with self._lock:
-            if self._producer is None:
-                await ensure_internal_topic(self.settings, self.topic, like=JOBS)
-                producer = AIOKafkaProducer(
-                    **producer_options(self.settings), linger_ms=5, max_batch_size=1 << 20
-                )
-                await producer.start()
-                self._producer = producer
-            return self._producer
-
-    async def send(self, delta: Delta) -> asyncio.Future[Any]:
-        """Queue ``delta``; the future resolves when the broker has acknowledged it."""
-        producer = await self._started()
-        value = delta.model_dump_json().encode()
-        sent: asyncio.Future[Any] = await producer.send(self.topic, value, key=delta.key())
-        return sent
-
-    async def publish(self, topic: str, key: bytes, value: bytes) -> None:
-        """Queue ``value`` for ``topic`` (a contract topic); ``flush`` waits for it."""
-        producer = await self._started()
-        await producer.send(topic, value, key=key)
-
-    async def forget(self, key: bytes) -> None:
-        """A tombstone under ``key``: compaction drops what was there."""
-        producer = await self._started()
-        await producer.send(self.topic, None, key=key)
-
-    async def flush(self) -> None:
-        await (await self._started()).flush()
-
-    async def stop(self, *_: Any, **__: Any) -> None:
-        """Flush and close (connected to the Faust app's ``on_before_shutdown``)."""
-        if self._producer is not None:
-            await self._producer.stop()
 
 
 class Merger:
@@ -130,6 +60,7 @@ class Merger:
         self.epoch = 0
         self.published: dict[str, tuple[float, str | None]] = {}
         self.merging = False
+        self.session: bytes | None = None  # new each time this worker starts merging
         self._wanted = asyncio.Event()
         self._out = {
             t.base: t.name(settings.topic_prefix) for t in (VIEW, PRIORITIES, CONTROL_STATUS)
@@ -160,9 +91,7 @@ class Merger:
                         BATCH_EVENTS.labels(consumer="merger").observe(len(records))
                         await self._fold(records)
                     await ownership.check_loaded()
-                    if self.merging:
-                        changed = self.view.take_dirty()
-                        await self._publish_views([n.node_id for n in changed], readings=True)
+                    await self.publish_readings()
             except (KafkaError, OSError) as exc:  # the watcher logs the outage once
                 log.debug("merge consumer lost the broker (%s); reconnecting", exc)
                 await asyncio.sleep(1.0)
@@ -180,12 +109,12 @@ class Merger:
     def step_down(self) -> None:
         if self.merging:
             log.info("no longer merging the whole cluster's view")
-        self.merging = False
+        self.merging, self.session = False, None
         MERGING.set(0)
         self.take_over()  # frees the state
 
     def merged(self) -> None:
-        self.merging = True
+        self.merging, self.session = True, os.urandom(8)
         MERGING.set(1)
         self.view.dirty.update(self.view.nodes)  # every node's view again, as merged
         log.info(
@@ -195,12 +124,36 @@ class Merger:
         )
         self._wanted.set()
 
+    def merge_own(self, parts: list[NodeRecord]) -> bytes | None:
+        """While this worker merges, fold its own node parts in straight away, before they
+        go on the topic (and return the merge session they are sent with: read back, they
+        are skipped). A single worker then decodes each of its parts once, and its views
+        do not wait for the topic's round trip. None when it does not merge."""
+        if not self.merging:
+            return None
+        for part in parts:
+            self.view.merge(part)
+        return self.session
+
+    async def publish_readings(self) -> None:
+        """The views of the nodes that have new readings."""
+        if self.merging:
+            changed = self.view.take_dirty()
+            await self._publish_views([n.node_id for n in changed], readings=True)
+
     async def _fold(self, records: list[Any]) -> None:
+        unreadable = 0
         for record in records:
             if record.value is None:  # a tombstone: a job forgotten
                 self.records.pop(record.key.decode().split(":", 1)[1], None)
                 continue
-            delta = Delta.model_validate_json(record.value)
+            if self.session is not None and (MERGED_BY, self.session) in record.headers:
+                continue  # this worker's own part, merged when it was sent
+            try:
+                delta = Delta.model_validate_json(record.value)
+            except ValidationError:  # not from a gpusched worker, or a later version
+                unreadable += 1
+                continue
             if delta.node is not None:
                 self.view.merge(delta.node)
             elif delta.event is not None:
@@ -213,6 +166,8 @@ class Merger:
                 self.epoch = max(self.epoch, delta.epoch)
             else:
                 log.warning("merge topic: an empty delta under %r", record.key)
+        if unreadable:  # a node's next reading replaces a lost part
+            log.warning("merge topic: skipped %d deltas this version cannot read", unreadable)
 
     async def _fold_event(self, event: JobEvent) -> None:
         """A job event folded into its record; the record goes on the topic too (the
@@ -291,7 +246,6 @@ class Merger:
                 VIEW_LAG_SECONDS.observe(max(now - view.last_seen.timestamp(), 0.0))
             await self.deltas.publish(topic, node_id.encode(), encode(view))
         PRODUCED.labels(topic=VIEW.base).inc(len(node_ids))
-        await self.deltas.flush()
 
     async def stale_check(self) -> None:
         if not self.merging:

@@ -7,6 +7,7 @@ and a restarted worker rebuilds the same state.
 from __future__ import annotations
 
 import heapq
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -100,10 +101,10 @@ def newer_job(seen: JobRecord | None, incoming: JobRecord) -> JobRecord:
     return incoming
 
 
-class GpuReading(BaseModel):
-    """The latest sample of one GPU, as much of it as the view needs."""
-
-    model_config = ConfigDict(extra="forbid")
+class GpuReading(NamedTuple):
+    """The latest sample of one GPU, as much of it as the view needs: a tuple, a JSON
+    array on the merge topic (a worker makes one per sample, thousands a second, and a
+    pydantic model cost 13x as much to build)."""
 
     gpu_index: int
     ts: float
@@ -152,11 +153,11 @@ class NodeRecord(BaseModel):
     def observe(self, sample: GpuTelemetrySample) -> None:
         """Keep ``sample`` if it is the newest of its GPU."""
         reading = GpuReading(
-            gpu_index=sample.gpu_index,
-            ts=sample.ts.timestamp(),
-            utilization_pct=sample.utilization_pct,
-            power_w=sample.power_w,
-            ecc_uncorrected=sample.ecc_uncorrected,
+            sample.gpu_index,
+            sample.ts.timestamp(),
+            sample.utilization_pct,
+            sample.power_w,
+            sample.ecc_uncorrected,
         )
         self._keep_gpu(sample.gpu_uuid, reading)
 

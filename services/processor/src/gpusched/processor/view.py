@@ -43,10 +43,11 @@ class LiveView:
     def merge(self, part: NodeRecord) -> None:
         """Fold in a worker's part of a node (the merger's whole-cluster view)."""
         node = self.nodes.get(part.node_id)
-        if node is None:
-            self.nodes[part.node_id] = part
-        else:
-            node.merge(part)
+        if node is None:  # a record of its own: the part may be a worker's, still changing
+            node = self.nodes[part.node_id] = NodeRecord(
+                node_id=part.node_id, gpu_model=part.gpu_model
+            )
+        node.merge(part)
         self.dirty.add(part.node_id)
 
     def take_dirty(self) -> list[NodeRecord]:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -214,14 +215,17 @@ class Sink:
         events: list[BaseModel] = []
         dead: list[tuple[str, DeadLetter]] = []
         BATCH_EVENTS.labels(consumer="sink").observe(len(batch))
+        consumed: Counter[str] = Counter()
         for record in batch:
             topic = topic_for(record.topic, self.prefix)
-            CONSUMED.labels(topic=topic.base).inc()
+            consumed[topic.base] += 1
             try:
                 events.append(decode(topic.model, record.value or b""))
             except ContractError as exc:
                 letter = dead_letter_for(record, exc)
                 dead.append((topic.dlq(self.prefix), letter))
+        for base, count in consumed.items():  # once a batch: labels() per record cost 8%
+            CONSUMED.labels(topic=base).inc(count)
         if dead:
             sent = [
                 await producer.send(name, letter.model_dump_json().encode())
