@@ -151,3 +151,41 @@ def test_the_merger_folds_its_own_parts_once() -> None:
     assert set(merger.view.nodes) == {"n0", "n2"}
     merger.step_down()
     assert merger.merge_own([_part("n3", {"g3": 5.0}, "t0").node]) is None  # type: ignore[list-item]
+
+
+class _Recorder:
+    """Keeps what a merging merger sends (views, checkpoints) instead of a producer."""
+
+    topic = "merge"
+
+    def __init__(self) -> None:
+        self.deltas: list[Delta] = []
+        self.views: list[bytes] = []
+
+    async def send_all(self, deltas: Any, merged_by: bytes | None = None) -> None:
+        self.deltas.extend(deltas)
+
+    async def publish(self, topic: str, key: bytes, value: bytes) -> None:
+        self.views.append(key)
+
+
+def test_a_gpu_gone_silent_survives_its_partition_moving_and_a_new_merger() -> None:
+    """Worker A read g0 and g1 of n0 on telemetry partition 0; g1 went silent; the
+    partition moved to worker B, whose part (same key) has only g0, and compaction kept
+    only B's. The merger had checkpointed n0 with both GPUs, so the next merger, rebuilt
+    from the compacted topic, still lists g1 (stale) instead of losing it."""
+    recorder = _Recorder()
+    merger = Merger(ProcessorSettings(), "app", recorder)  # type: ignore[arg-type]
+    asyncio.run(merger._fold([_record(_part("n0", {"g0": 5.0, "g1": 5.0}, "t0"))]))
+    merger.merged()
+    asyncio.run(merger.publish_readings())
+    (checkpoint,) = recorder.deltas
+    assert checkpoint.key() == b"node:n0:m"
+    assert recorder.views == [b"n0"]
+    asyncio.run(merger._fold([_record(_part("n0", {"g0": 9.0}, "t0"))]))  # B's part
+    asyncio.run(merger.publish_readings())
+    assert len(recorder.deltas) == 1  # no GPU appeared: no new checkpoint
+    compacted = [_record(checkpoint), _record(_part("n0", {"g0": 9.0}, "t0"))]
+    rebuilt = _load(compacted)
+    assert {u: g.ts for u, g in rebuilt.view.nodes["n0"].gpus.items()} == {"g0": 9.0, "g1": 5.0}
+    assert rebuilt.checkpointed == {"n0": {"g0", "g1"}}

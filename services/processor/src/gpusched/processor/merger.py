@@ -41,7 +41,9 @@ from gpusched.processor.records import (
 from gpusched.processor.settings import ProcessorSettings
 from gpusched.processor.view import LiveView
 
-__all__ = ["Merger"]
+__all__ = ["CHECKPOINT", "Merger"]
+
+CHECKPOINT = "m"  # the part tag of a node's whole record, written by the merger
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class Merger:
         self.published: dict[str, tuple[float, str | None]] = {}
         self.merging = False
         self.session: bytes | None = None  # new each time this worker starts merging
+        self.checkpointed: dict[str, set[str]] = {}  # GPUs of each node's last checkpoint
         self._wanted = asyncio.Event()
         self._out = {
             t.base: t.name(settings.topic_prefix) for t in (VIEW, PRIORITIES, CONTROL_STATUS)
@@ -103,6 +106,7 @@ class Merger:
         """Start from nothing: the merge topic is read again from its beginning."""
         self.view = LiveView(self.settings.processor_stale_after_s)
         self.records, self.published, self.allocated = {}, {}, {}
+        self.checkpointed = {}
         self.ended = EndedJobs(self.settings.processor_ended_jobs_per_tenant)
         self.params = Params()
 
@@ -136,10 +140,29 @@ class Merger:
         return self.session
 
     async def publish_readings(self) -> None:
-        """The views of the nodes that have new readings."""
+        """The views of the nodes that have new readings; the whole record of a node
+        whose set of GPUs grew, as its checkpoint."""
         if self.merging:
             changed = self.view.take_dirty()
+            await self._checkpoint(changed)
             await self._publish_views([n.node_id for n in changed], readings=True)
+
+    async def _checkpoint(self, nodes: list[NodeRecord]) -> None:
+        """Write each node whose GPUs are not all in its last checkpoint to the topic
+        whole (``node:<id>:m``). A worker's part of a node holds only the GPUs it has read:
+        after a telemetry partition moves, its new owner's part lacks a GPU that has gone
+        silent, and compaction drops the old part; the checkpoint keeps that GPU in the
+        rebuilt view, stale, as the merger that saw it had it. Rare: only when GPUs
+        appear."""
+        grown = [
+            n
+            for n in nodes
+            if n.gpus and not n.gpus.keys() <= self.checkpointed.get(n.node_id, set())
+        ]
+        for node in grown:
+            self.checkpointed[node.node_id] = set(node.gpus)
+        if grown:
+            await self.deltas.send_all(Delta(node=n, part=CHECKPOINT) for n in grown)
 
     async def _fold(self, records: list[Any]) -> None:
         unreadable = 0
@@ -156,6 +179,8 @@ class Merger:
                 continue
             if delta.node is not None:
                 self.view.merge(delta.node)
+                if delta.part == CHECKPOINT:
+                    self.checkpointed[delta.node.node_id] = set(delta.node.gpus)
             elif delta.event is not None:
                 await self._fold_event(delta.event)
             elif delta.job is not None:

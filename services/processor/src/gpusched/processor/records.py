@@ -191,7 +191,8 @@ class Delta(BaseModel):
     event (``job:<id>``, the merger's: it folds the events), a job event a worker read
     (``event:<job id>``), a control parameter it accepted (``param:<name>``), its part
     of a node, everything it has read of that node on one input partition
-    (``node:<id>:<part>``, ``part`` naming the topic and partition), or, from the merger
+    (``node:<id>:<part>``, ``part`` naming the topic and partition; ``m``: the merger's
+    checkpoint of the whole node when GPUs appear), or, from the merger
     itself, the last priority epoch it published (``epoch``: epochs keep increasing
     across a change of merger)."""
 
