@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gpusched.contracts.provision import ensure_topics
 from tests.pipeline import Pipeline, free_port, write_cluster
 
 
@@ -57,18 +59,22 @@ def start_up(p: Pipeline, nodes: int, **env: str) -> tuple[str, Path]:
     return api, run_dir
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def platform_env() -> dict[str, str]:
     """Settings of the platform's services (a test module may override this fixture)."""
     return {}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def platform(
-    kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, platform_env: dict[str, str]
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory, platform_env: dict[str, str]
 ) -> Iterator[Platform]:
-    """The platform of `start_up` with 16 nodes, on the session's broker."""
-    p = Pipeline(kafka_bootstrap, topic_prefix, tmp_path)
+    """The platform of `start_up` with 16 nodes, on the session's broker and a prefix of
+    its own: one per test module (starting it takes ~50 s), so the tests of a module
+    share it and tell their jobs apart by id."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    ensure_topics(kafka_bootstrap, prefix)
+    p = Pipeline(kafka_bootstrap, prefix, tmp_path_factory.mktemp("platform"))
     try:
         api, run_dir = start_up(p, nodes=16, **platform_env)
         p.wait_for(

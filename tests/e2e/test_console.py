@@ -21,7 +21,7 @@ NODES = 16  # the platform fixture's cluster: 16 nodes x 8 GPUs
 SHOTS = os.environ.get("GPUSCHED_CONSOLE_SCREENSHOTS")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def platform_env() -> dict[str, str]:
     """One-minute forecast steps: a forecast within a minute or two of the start; jobs
     that run two minutes of wall time (2 h of cluster time at 60x), so that some wait."""

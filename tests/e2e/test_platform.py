@@ -127,7 +127,12 @@ def test_dispatcher_sigkill_mid_run(platform: Platform) -> None:
     early = _submit(platform, "early", JOBS // 2)
     p.wait_for(
         "some jobs placed",
-        lambda: p.scalar("SELECT count() FROM job_events WHERE type = 'placed'") >= 20,
+        lambda: (
+            p.scalar(
+                "SELECT count() FROM job_events WHERE type = 'placed' AND job_id LIKE 'early-%'"
+            )
+            >= 20
+        ),
     )
     os.kill(platform.pid("dispatch"), signal.SIGKILL)
     late = _submit(platform, "late", JOBS // 2)  # while no dispatcher runs
