@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
-from gpusched.contracts.provision import ensure_topics
 from gpusched.local.browser import CHROMIUM_ARGS, chromium
 from gpusched.local.kafka import BrokerError, LocalBroker, external_bootstrap
 from gpusched.store import Store, StoreSettings
+from tests.pipeline import fresh_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,9 +41,7 @@ def kafka_bootstrap() -> Iterator[str]:
 @pytest.fixture
 def topic_prefix(kafka_bootstrap: str) -> str:
     """A fresh prefix with every gpusched topic (and DLQ) created under it."""
-    prefix = f"t{uuid.uuid4().hex[:10]}."
-    ensure_topics(kafka_bootstrap, prefix)
-    return prefix
+    return fresh_prefix(kafka_bootstrap)
 
 
 @pytest.fixture(scope="session")

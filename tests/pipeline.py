@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +17,18 @@ import httpx
 from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpusched.contracts.provision import ensure_topics
 from gpusched.local.procs import free_port, gpusched_executable, port_open
 
-__all__ = ["Pipeline", "free_port", "free_ports", "metric_samples", "produce", "write_cluster"]
+__all__ = [
+    "Pipeline",
+    "free_port",
+    "free_ports",
+    "fresh_prefix",
+    "metric_samples",
+    "produce",
+    "write_cluster",
+]
 
 T = TypeVar("T")
 GPUSCHED = gpusched_executable()
@@ -31,6 +41,13 @@ def free_ports(count: int) -> int:
         base = free_port()
         if base + count < 65535 and not any(port_open(base + i) for i in range(1, count)):
             return base
+
+
+def fresh_prefix(bootstrap: str) -> str:
+    """A new topic prefix with every gpusched topic (and DLQ) created under it."""
+    prefix = f"t{uuid.uuid4().hex[:10]}."
+    ensure_topics(bootstrap, prefix)
+    return prefix
 
 
 def metric_samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,8 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gpusched.contracts.provision import ensure_topics
-from tests.pipeline import Pipeline, free_port, write_cluster
+from tests.pipeline import Pipeline, free_port, fresh_prefix, write_cluster
 
 
 @dataclass
@@ -72,8 +70,7 @@ def platform(
     """The platform of `start_up` with 16 nodes, on the session's broker and a prefix of
     its own: one per test module (starting it takes ~50 s), so the tests of a module
     share it and tell their jobs apart by id."""
-    prefix = f"t{uuid.uuid4().hex[:10]}."
-    ensure_topics(kafka_bootstrap, prefix)
+    prefix = fresh_prefix(kafka_bootstrap)
     p = Pipeline(kafka_bootstrap, prefix, tmp_path_factory.mktemp("platform"))
     try:
         api, run_dir = start_up(p, nodes=16, **platform_env)

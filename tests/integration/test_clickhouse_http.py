@@ -9,7 +9,6 @@ import json
 import re
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, encode
-from gpusched.contracts.provision import ensure_topics
 from gpusched.contracts.topics import JOBS
-from tests.pipeline import Pipeline, produce, write_cluster
+from tests.pipeline import Pipeline, fresh_prefix, produce, write_cluster
 
 pytestmark = [pytest.mark.analytics, pytest.mark.kafka, pytest.mark.slow]
 
@@ -32,8 +30,7 @@ def filled(
 ) -> Iterator[tuple[Pipeline, str]]:
     """A sink with telemetry and job events in its store, and a viewer's token; one for
     the module's tests, which only read."""
-    prefix = f"t{uuid.uuid4().hex[:10]}."
-    ensure_topics(kafka_bootstrap, prefix)
+    prefix = fresh_prefix(kafka_bootstrap)
     p = Pipeline(kafka_bootstrap, prefix, tmp_path_factory.mktemp("analytics"))
     try:
         yield _fill(p)

@@ -214,11 +214,9 @@ class Processor:
                     observe(decode(topic.model, record.value or b""))
                 except ContractError as exc:
                     await self._dead_letter(topic, record, exc)
-        deltas = [
-            Delta(node=n, part=t) for t, part in self.parts.items() for n in part.take_dirty()
-        ]
-        session = self.merger.merge_own([d.node for d in deltas if d.node is not None])
-        await self.deltas.send_all(deltas, merged_by=session)
+        changed = [(t, n) for t, part in self.parts.items() for n in part.take_dirty()]
+        session = self.merger.merge_own([n for _, n in changed])
+        await self.deltas.send_all((Delta(node=n, part=t) for t, n in changed), merged_by=session)
         await self.merger.publish_readings()
 
     async def _watch_kafka(self) -> None:
