@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page
 
+from gpusched.core import Params
 from tests.e2e.conftest import Platform
 
 pytestmark = [pytest.mark.browser, pytest.mark.kafka, pytest.mark.slow]
@@ -142,7 +143,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     _shot(page, "whatif")
     page.click("#change button[type=submit]")
     page.wait_for_selector("#apply", timeout=10_000)
-    assert "30.0" in page.locator("table.diff").inner_text()
+    assert str(Params().dynamic_qos_factor) in page.locator("table.diff").inner_text()
     _shot(page, "params-preview")
     page.click("#apply")
     page.wait_for_selector(".revision .state:text('applied')", timeout=15_000)

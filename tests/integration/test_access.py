@@ -14,6 +14,8 @@ from gpusched.contracts.topics import CONTROL
 from gpusched.core import Params
 from tests.pipeline import Pipeline, produce
 
+QOS_FACTOR = Params().dynamic_qos_factor  # the default, the old value of the first change
+
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 ROLES = ("viewer", "submitter", "operator", "admin")
@@ -160,7 +162,7 @@ def test_parameter_changes_are_revisions_applied_and_audited(pipeline: Pipeline)
     first = change("operator", 0, "more weight to classes", dynamic_qos_factor=20)
     assert first.status_code == 200, first.text
     assert first.json()["revision"] == 1
-    assert first.json()["changes"] == {"dynamic_qos_factor": {"old": 30.0, "new": 20.0}}
+    assert first.json()["changes"] == {"dynamic_qos_factor": {"old": QOS_FACTOR, "new": 20.0}}
     stale = change("operator", 0, dynamic_qos_factor=25)
     assert stale.status_code == 409
     assert stale.json()["detail"]["revision"] == 1
@@ -187,10 +189,12 @@ def test_parameter_changes_are_revisions_applied_and_audited(pipeline: Pipeline)
     assert "dynamic_tick_s: 60.0 -> 300.0" in out
     assert "revision 3 published" in out
     out = p.run(
-        "params", "set", "dynamic_aging_s=7200", "--reason", "age faster", "--api", base, **cli
+        "params", "set", "dynamic_park_after_s=7200", "--reason", "park later", "--api", base, **cli
     )
     assert "revision 4 published" in out
-    bad = p.run_failing("params", "set", "dynamic_aging_s=1", "--reason", "x", "--api", base, **cli)
+    bad = p.run_failing(
+        "params", "set", "dynamic_park_after_s=1", "--reason", "x", "--api", base, **cli
+    )
     assert "below its lower bound 60 s" in bad
     shown = p.run("params", "show", "--api", base, **cli)
     assert "revision 4" in shown
@@ -203,7 +207,7 @@ def test_parameter_changes_are_revisions_applied_and_audited(pipeline: Pipeline)
 
     rows = p.wait_for("every change applied in the audit trail", audited, timeout=60)
     assert [(r["revision"], r["parameter"]) for r in rows] == [
-        (4, "dynamic_aging_s"),
+        (4, "dynamic_park_after_s"),
         (3, "dynamic_qos_factor"),
         (3, "dynamic_tick_s"),
         (2, "dynamic_qos_factor"),
@@ -212,7 +216,7 @@ def test_parameter_changes_are_revisions_applied_and_audited(pipeline: Pipeline)
     ]
     last = rows[-1]
     assert (last["actor"], last["role"], last["source"]) == ("o", "operator", "127.0.0.1")
-    assert (last["old_value"], last["new_value"]) == ("30.0", "20.0")
+    assert (last["old_value"], last["new_value"]) == (str(QOS_FACTOR), "20.0")
     assert (last["reason"], last["outcome"]) == ("more weight to classes", "applied")
     assert "processor" in last["applied_by"]
     assert rows[1]["reason"] == "revert to revision 1"

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from gpusched.contracts import ControlParameter, JobEvent, JobRequest, encode
 from gpusched.contracts.topics import CONTROL, JOBS, TELEMETRY
+from gpusched.core import Params
 from tests.builders import every_event
 from tests.pipeline import Pipeline, produce, write_cluster
 
@@ -272,6 +273,7 @@ def test_control_parameters_change_priorities(pipeline: Pipeline) -> None:
 
     # One class step above `normal`, once every job (so both classes) is in a computation:
     # the jobs reach the processor on three partitions, so the first may see `high` alone.
-    p.wait_for("the default QoS term", lambda: latest_qos() == round(-math.log(30.0), 6))
+    default = round(-math.log(Params().dynamic_qos_factor), 6)
+    p.wait_for("the default QoS term", lambda: latest_qos() == default)
     _send(p, [ControlParameter(name="dynamic_qos_factor", value=300.0)], CONTROL.name(p.prefix))
     p.wait_for("the new QoS term", lambda: latest_qos() == round(-math.log(300.0), 6))

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.core import Scheduler, make_placement, make_policy
+from gpusched.core import Params, Scheduler, make_placement, make_policy
 from gpusched.core.model import PendingCategory, PowerState
 from gpusched.core.starts import estimate_starts
 from tests.core_builders import job, node
 
 
 def _fifo(*nodes: tuple[str, int]) -> Scheduler:
-    return Scheduler([node(n, g) for n, g in nodes], make_policy("fifo"), make_placement("bestfit"))
+    # per-tenant predictions, so two tenants' jobs of one size can differ in these tests
+    return Scheduler(
+        [node(n, g) for n, g in nodes],
+        make_policy("fifo"),
+        make_placement("bestfit"),
+        Params(predict_by_tenant=True),
+    )
 
 
 def test_jobs_taken_first_still_get_a_start() -> None:

@@ -122,7 +122,7 @@ def test_priorities_cover_every_job_with_core_components_and_reasons() -> None:
     assert by_job["big"].pending_reason is None
     assert by_job["high"].pending_reason
     assert by_job["low"].pending_reason
-    assert set(by_job["high"].components) == {"log_rank_gpu_s", "qos", "fair_share", "aging"}
+    assert set(by_job["high"].components) == {"log_rank_gpu_s", "qos", "fair_share", "guard"}
     assert by_job["high"].score == pytest.approx(sum(by_job["high"].components.values()))
     assert by_job["high"].score < by_job["low"].score  # high class runs first
     assert all(u.epoch == 7 for u in result.updates)

@@ -103,13 +103,13 @@ def test_tombstones_forget_and_parameters_and_epochs_carry_over() -> None:
         [
             _record(Delta(job=gone)),
             _record(None, key=b"job:gone"),
-            _record(Delta(parameter=ControlParameter(name="dynamic_preempt_margin", value=0.5))),
+            _record(Delta(parameter=ControlParameter(name="dynamic_preempt_margin", value=1.5))),
             _record(Delta(epoch=41)),
             _record(Delta(epoch=7)),
         ]
     )
     assert "gone" not in merger.records
-    assert merger.params.dynamic_preempt_margin == 0.5
+    assert merger.params.dynamic_preempt_margin == 1.5
     assert merger.epoch == 41
 
 

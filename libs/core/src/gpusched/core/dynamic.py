@@ -2,29 +2,48 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from typing import TYPE_CHECKING
 
 from gpusched.core.model import Decision, Job, ParkNode, PowerState, WakeNode
 from gpusched.core.policy import Key, Policy
 from gpusched.core.powersave import next_idle_deadline, wake_for_waiting
+from gpusched.core.runtime import SortedWindow
 
 if TYPE_CHECKING:
     from gpusched.core.scheduler import Scheduler
 
 __all__ = ["Dynamic"]
 
+GUARD_WINDOW = 1000  # finished jobs whose waits set the tail guard's limit
+GUARD_MIN_SAMPLES = 20
+
+
+def _waited(job: Job, now: float) -> float:
+    """Time ``job`` has spent pending since submission (not running)."""
+    return max(now - job.submit_time - job.executed_at(now), 0.0)
+
 
 class Dynamic(Policy):
-    """Ours: a priority rebuilt from live signals, with sparing preemption and parking.
+    """Ours: a Gittins-index order with preemption that must pay, a guard for the tail,
+    and parking.
 
-    Rank = predicted rank time (inverse Gittins index from finished jobs of the same
-    tenant and size) x GPUs, divided by a factor per QoS step, multiplied when the tenant
-    is above its fair share, halved for every ``dynamic_aging_s`` of waiting (and, with
-    ``dynamic_aging_slowdown`` k > 0, divided by 1 + wait / (k x rank time)). Lower runs
-    first. Only a job blocked for ``dynamic_reserve_after_s`` gets a reservation (as
-    Tiresias promotes only the starved): reservations hold GPUs idle against run-time
-    predictions that, for heavy-tailed run times, are means far above the median.
+    - **Order**: rank = the job's inverse Gittins index from the finished jobs of its
+      GPU-count class, given the time it has run (``RuntimePredictor.rank_time``), times
+      its GPUs; divided by ``dynamic_qos_factor`` per QoS class step and multiplied when
+      the tenant is above its fair share. Lower runs first. No aging by waited time: it
+      turned the order into FIFO on heavily loaded clusters.
+    - **Preemption**: a waiting job preempts a running one (that has run at least the
+      restart cost) only when the victim's rank exceeds the job's times
+      ``dynamic_preempt_margin`` to the power 1 + the victim's earlier preemptions, plus
+      the GPU time the restart costs. The same rank on both sides, and a bar that grows with
+      each preemption, so two jobs cannot preempt each other back and forth.
+    - **Tail guard**: the ``dynamic_guard_jobs`` oldest pending jobs that have waited
+      longer than the ``dynamic_guard_quantile`` of finished jobs' waits are guarded until
+      they end: they rank first in their class (oldest first), may preempt any unguarded
+      job of their class or below, and are never preempted. A bounded number, so an
+      index order cannot starve a large gang, and the mean loses little.
     """
 
     name = "dynamic"
@@ -38,6 +57,8 @@ class Dynamic(Policy):
         self._qos_seen: dict[int, None] = {}
         self._qos_terms: dict[str, float] = {}
         self._fair_terms: dict[str, float] = {}
+        self._waits = SortedWindow(GUARD_WINDOW)  # waits of recently finished jobs
+        self.guarded: set[str] = set()
 
     def _qos_term(self, qos: str) -> float:
         term = self._qos_terms.get(qos)
@@ -57,60 +78,65 @@ class Dynamic(Policy):
             term = self._fair_terms[tenant] = math.log1p(self.p.dynamic_fairshare_weight * over)
         return term
 
+    def finished(self, job: Job, now: float) -> None:
+        self.guarded.discard(job.job_id)
+        self._waits.add(_waited(job, now))
+
     def begin_refresh(self, now: float) -> None:
         self._fair_terms.clear()
+        self._guard(now)
+
+    def _guard(self, now: float) -> None:
+        """Guard the oldest pending jobs that have waited past the quantile, up to the
+        bound (jobs stay guarded until they end)."""
+        live = self.s.queue
+        self.guarded = {j for j in self.guarded if j in live or j in self.s.running}
+        room = self.p.dynamic_guard_jobs - len(self.guarded)
+        limit = self._waits.quantile(self.p.dynamic_guard_quantile)
+        if room <= 0 or limit is None or len(self._waits.sorted_) < GUARD_MIN_SAMPLES:
+            return
+        jobs = (self.s.jobs[j] for j in live.ids() if j not in self.guarded)
+        late = [(j.submit_time, j.job_id) for j in jobs if _waited(j, now) > limit]
+        self.guarded.update(job_id for _, job_id in heapq.nsmallest(room, late))
 
     def components(self, job: Job, now: float) -> dict[str, float]:
         gpus = max(job.request.num_gpu, 0.05)
-        time = self.s.predictor.rank_time(job, now)
-        wait = max(now - job.submit_time, 0.0)
-        aging = -math.log(2) * wait / self.p.dynamic_aging_s
-        if self.p.dynamic_aging_slowdown > 0:
-            aging -= math.log1p(wait / (self.p.dynamic_aging_slowdown * max(time, 1.0)))
+        rank = math.log(max(self.s.predictor.rank_time(job, now) * gpus, 1.0))
+        fair = self._fair_term(job.tenant)
         return {
-            "log_rank_gpu_s": math.log(max(time * gpus, 1.0)),
+            "log_rank_gpu_s": rank,
             "qos": self._qos_term(job.qos),
-            "fair_share": self._fair_term(job.tenant),
-            "aging": aging,
+            "fair_share": fair,
+            # a guarded job ranks as 1 GPU-s: first in its class, oldest first
+            "guard": -(rank + fair) if job.job_id in self.guarded else 0.0,
         }
 
     def key(self, job: Job, ref_time: float) -> Key:
-        c = self.components(job, ref_time)
-        return (sum(c.values()), job.submit_time)
+        return (sum(self.components(job, ref_time).values()), job.submit_time)
 
     def running_key(self, job: Job, now: float) -> Key:
-        c = self.components(job, now)
-        return (c["log_rank_gpu_s"] + c["qos"] + c["fair_share"], job.submit_time)
+        return self.key(job, now)
 
-    def victim_facts(self, victim: Job, now: float) -> tuple[int, float, float] | None:
-        """(QoS rank, expected remaining GPU-seconds, restart cost in GPU-seconds)."""
+    def victim_facts(self, victim: Job, now: float) -> tuple[float, float, float] | None:
+        """(log rank, the bar its rank must clear as a factor, restart cost in GPU-s), or
+        None while the victim is guarded or has not yet run for its restart cost."""
         p = self.p
-        if victim.running_for(now) < p.dynamic_min_run_s:
+        if victim.job_id in self.guarded or victim.running_for(now) < p.preemption_cost_s:
             return None
-        gpus = max(victim.request.num_gpu, 0.05)
-        left = self.s.predictor.expected_remaining(victim, now) * gpus
-        return p.qos_rank(victim.qos), left, p.preemption_cost_s * gpus
+        bar = p.dynamic_preempt_margin ** (1 + victim.preemptions)
+        cost = p.preemption_cost_s * max(victim.request.num_gpu, 0.05)
+        return self.running_key(victim, now)[0], bar, cost
 
-    def victim_order(self, victim: Job, facts: tuple[int, float, float], now: float) -> Key:
-        return facts[:2]  # lowest class first, then the most work left
+    def victim_order(self, victim: Job, facts: tuple[float, float, float], now: float) -> Key:
+        return facts[:1]  # the highest rank first
 
-    def preempt_context(self, job: Job, now: float) -> tuple[int, float] | None:
-        """(QoS rank, what the victim must exceed), once the job has waited long enough."""
-        p = self.p
-        if now - job.pending_since < p.dynamic_min_wait_s:
-            return None
-        gpus = max(job.request.num_gpu, 0.05)
-        left = self.s.predictor.expected_remaining(job, now) * gpus
-        return p.qos_rank(job.qos), p.dynamic_preempt_margin * left
+    def preempt_context(self, job: Job, now: float) -> float:
+        return float(self.s.queue.key_of(job.job_id)[0])
 
-    def may_preempt(self, facts: tuple[int, float, float], context: tuple[int, float]) -> bool:
-        # Never a higher class for a lower one; a lower class counts qos_factor times more.
-        victim_rank, victim_left, cost = facts
-        job_rank, threshold = context
-        if victim_rank < job_rank:
-            return False
-        boost = self.p.dynamic_qos_factor if victim_rank > job_rank else 1.0
-        return victim_left * boost > threshold + cost
+    def may_preempt(self, facts: tuple[float, float, float], context: float) -> bool:
+        # rank_v > bar x rank_j + the restart's GPU time (ranks in GPU-s, keys in logs)
+        rank, bar, cost = facts
+        return math.exp(rank) > bar * math.exp(context) + cost
 
     def may_reserve(self, job: Job, now: float) -> bool:
         # Only a starving job: reservations hold GPUs idle, aging and preemption serve

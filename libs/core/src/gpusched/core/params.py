@@ -99,9 +99,10 @@ class Params:
         unit="jobs",
     )
     predict_by_tenant: bool = _p(
-        True,
+        False,
         "run-time predictions from finished jobs of the same tenant and GPU-count class "
-        "(False: of the same GPU-count class, every tenant)",
+        "(False: of the same GPU-count class, every tenant; the tune set's choice: "
+        "per-tenant histories rank a tenant of long jobs behind everyone)",
     )
     refresh_s: float = _p(
         600.0,
@@ -165,42 +166,40 @@ class Params:
         unit="s",
     )
     # -- dynamic (ours) -------------------------------------------------------------------
-    dynamic_aging_s: float = _p(
-        4 * 3600.0,
-        "wait that halves a job's rank time (aging: no job starves)",
-        lo=60.0,
-        hi=30 * 86400.0,
-        unit="s",
-    )
-    dynamic_aging_slowdown: float = _p(
-        0.0,
-        "slowdown aging: a waiting job's rank time is also divided by 1 + wait / (this x "
-        "its rank time), so a job ages in proportion to its own size (0: off; the tune "
-        "set's choice, docs/results.md)",
-        lo=0.0,
-        hi=1e6,
-    )
     dynamic_qos_factor: float = _p(
-        30.0, "rank-time divisor per QoS class step above the lowest class seen", lo=1.0, hi=1e6
+        1e6,
+        "rank divisor per QoS class step above the lowest class seen (1e6: a higher class "
+        "runs first and may preempt a lower one, short of a million-fold rank)",
+        lo=1.0,
+        hi=1e9,
     )
     dynamic_fairshare_weight: float = _p(
         1.0,
-        "how strongly a tenant above its fair share is held back (rank-time multiplier)",
+        "how strongly a tenant above its fair share is held back (rank multiplier)",
         lo=0.0,
         hi=100.0,
     )
     dynamic_preempt_margin: float = _p(
         3.0,
-        "preempt only when the victim's expected remaining GPU-time exceeds the job's "
-        "by this factor (plus the restart cost)",
-        lo=0.0,
+        "preempt only when the victim's rank exceeds the job's times this factor to the "
+        "power 1 + the victim's earlier preemptions (plus the restart's GPU time)",
+        lo=1.0,
         hi=1000.0,
     )
-    dynamic_min_run_s: float = _p(
-        1800.0, "shortest run before a job may be preempted", lo=0.0, hi=7 * 86400.0, unit="s"
+    dynamic_guard_jobs: int = _p(
+        4,
+        "tail guard: at most this many long-waiting jobs rank first in their class and "
+        "are not preempted until they end (0: no guard)",
+        lo=0,
+        hi=10_000,
+        unit="jobs",
     )
-    dynamic_min_wait_s: float = _p(
-        120.0, "a job waits this long before it may preempt", lo=0.0, hi=7 * 86400.0, unit="s"
+    dynamic_guard_quantile: float = _p(
+        0.95,
+        "tail guard: a pending job is guarded once it has waited longer than this "
+        "quantile of recently finished jobs' waits",
+        lo=0.5,
+        hi=1.0,
     )
     dynamic_reserve_after_s: float = _p(
         float("inf"),

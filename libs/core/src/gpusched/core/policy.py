@@ -65,6 +65,10 @@ class Policy:
         """Victims are released largest key first (by default: lowest priority first)."""
         return self.running_key(victim, now)
 
+    def finished(self, job: Job, now: float) -> None:
+        """``job`` ended at ``now`` (after the scheduler's own bookkeeping)."""
+        return None
+
     def begin_refresh(self, now: float) -> None:
         """Priorities are about to be recomputed at ``now`` (cache per-tenant terms here)."""
         return None

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from gpusched.core.model import Job
 
-__all__ = ["RuntimePredictor", "size_class"]
+__all__ = ["RuntimePredictor", "SortedWindow", "size_class"]
 
 
 def size_class(num_gpu: float) -> int:
@@ -29,7 +29,9 @@ def size_class(num_gpu: float) -> int:
 
 
 @dataclass(slots=True)
-class _History:
+class SortedWindow:
+    """The last ``window`` values, kept in arrival order and sorted."""
+
     window: int
     order: deque[float] = field(default_factory=deque)
     sorted_: list[float] = field(default_factory=list)
@@ -42,6 +44,11 @@ class _History:
             old = self.order.popleft()
             del self.sorted_[bisect.bisect_left(self.sorted_, old)]
         self.version += 1
+
+    def quantile(self, q: float) -> float | None:
+        """The ``q`` quantile of the values (None while empty)."""
+        xs = self.sorted_
+        return xs[min(int(q * len(xs)), len(xs) - 1)] if xs else None
 
 
 class RuntimePredictor:
@@ -56,10 +63,10 @@ class RuntimePredictor:
     ) -> None:
         self.window, self.min_samples, self.prior_s = window, min_samples, prior_s
         self.by_tenant = by_tenant  # False: condition on the GPU-count class only
-        self._hist: dict[tuple[str, int] | str, _History] = {}
+        self._hist: dict[tuple[str, int] | str, SortedWindow] = {}
         self._cache: dict[tuple[object, int, int], float] = {}
         self._tail_mean: dict[tuple[int, int, float], float] = {}
-        self._resolved: dict[tuple[str, float], _History | None] = {}
+        self._resolved: dict[tuple[str, float], SortedWindow | None] = {}
 
     def _keys(self, job: Job) -> tuple[tuple[str, int] | str, ...]:
         """Histories from the most specific to everyone's."""
@@ -73,12 +80,12 @@ class RuntimePredictor:
         for key in self._keys(job):
             hist = self._hist.get(key)
             if hist is None:
-                hist = self._hist[key] = _History(self.window)
+                hist = self._hist[key] = SortedWindow(self.window)
             if len(hist.sorted_) + 1 == self.min_samples:
                 self._resolved.clear()  # a more specific history becomes usable
             hist.add(max(duration_s, 1.0))
 
-    def _history(self, job: Job) -> _History | None:
+    def _history(self, job: Job) -> SortedWindow | None:
         memo = (job.tenant, job.request.num_gpu)
         if memo in self._resolved:
             return self._resolved[memo]

@@ -128,6 +128,7 @@ class Scheduler:
         live = sorted((r for r in records if r.ended_at is None), key=_submitted)
         for r in ended:
             scheduler.predictor.observe(r.job, r.job.executed_s)
+            scheduler.policy.finished(r.job, _ended_at(r))
             scheduler.fairshare.charge(r.job.tenant, r.job.attained_gpu_s, now)
         misplaced: dict[str, str] = {}
         for r in live:
@@ -158,6 +159,7 @@ class Scheduler:
         self._stop(job, now)
         job.state = JobState.FINISHED
         self.predictor.observe(job, job.executed_s)
+        self.policy.finished(job, now)
         self._dirty = True
         return job
 
