@@ -14,6 +14,7 @@ from gpusched.core import (
     ParkNode,
     Place,
     Preempt,
+    RecordedJob,
     Scheduler,
     UnknownName,
     make_placement,
@@ -283,3 +284,26 @@ def test_dynamic_guards_the_oldest_long_waiting_jobs() -> None:
     assert sched.policy.victim_facts(sched.jobs["small"], 10_000) is None  # never a victim
     sched.finish("small", 700)
     assert sched.policy.guarded == set()
+
+
+def test_a_restored_scheduler_guards_as_a_live_one_would() -> None:
+    """The processor rebuilds a scheduler from its records for every recomputation: the
+    finished jobs' waits and a refresh at ``now`` give the same guard there."""
+    ended = []
+    for i in range(30):
+        done = job(f"d{i}", 1, 0)
+        done.executed_s = 10.0
+        ended.append(RecordedJob(done, ended_at=110.0))  # each waited 100 s
+    late, fresh = job("late", 1, 0), job("fresh", 1, 5000)
+    sched, misplaced = Scheduler.restore(
+        [node("a", 1)],
+        make_policy("dynamic"),
+        make_placement("bestfit"),
+        Params(dynamic_energy_aware=False),
+        [*ended, RecordedJob(late), RecordedJob(fresh)],
+        5050.0,
+    )
+    assert misplaced == {}
+    assert sched.policy.guarded == {"late"}
+    assert sched.policy.components(late, 5050.0)["guard"] < 0
+    assert sched.policy.components(fresh, 5050.0)["guard"] == 0

@@ -121,8 +121,9 @@ class Scheduler:
     ) -> tuple[Scheduler, dict[str, str]]:
         """A scheduler as of ``now`` from a record of jobs (the processor's tables): ended
         jobs, in the order they ended, teach the run-time predictor and charge fair share;
-        live ones are submitted in submit order and running ones started where they run.
-        Returns it and, by job id, why a running job could not be put where it runs."""
+        live ones are submitted in submit order and running ones started where they run;
+        then priorities are refreshed at ``now``. Returns it and, by job id, why a
+        running job could not be put where it runs."""
         scheduler = cls(nodes, policy, placement, params)
         ended = sorted((r for r in records if r.ended_at is not None), key=_ended_at)
         live = sorted((r for r in records if r.ended_at is None), key=_submitted)
@@ -139,6 +140,7 @@ class Scheduler:
                 scheduler.assume(r.job.job_id, r.allocations, r.started_at)
             except (InvalidDecision, KeyError) as exc:
                 misplaced[r.job.job_id] = str(exc)
+        scheduler._refresh(now)  # priorities as a live scheduler's at a refresh
         return scheduler, misplaced
 
     # -- what happened ------------------------------------------------------------------
