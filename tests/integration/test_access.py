@@ -221,5 +221,5 @@ def test_parameter_changes_are_revisions_applied_and_audited(pipeline: Pipeline)
     assert "processor" in last["applied_by"]
     assert rows[1]["reason"] == "revert to revision 1"
     history = p.run("params", "history", "--api", base, COLUMNS="200", **cli)
-    assert "age faster" in history
+    assert "park later" in history
     assert "applied" in history
