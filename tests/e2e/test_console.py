@@ -108,7 +108,7 @@ def test_console_roles_heat_map_and_a_live_parameter_change(
     assert waiting.count() >= 4
     assert all(waiting.nth(i).locator("td.reason").inner_text() for i in range(waiting.count()))
     assert all(waiting.nth(i).locator("td.start").inner_text() for i in range(waiting.count()))
-    assert _qos_terms(page) == {f"{-math.log(30):.3g}"}  # one class step at the default
+    assert _qos_terms(page) == {f"{-math.log(Params().dynamic_qos_factor):.3g}"}  # one step
     _shot(page, "queue")
     page.goto(f"{platform.api}/console/params")
     assert page.locator("tr[data-param=dynamic_qos_factor]").count() == 1
