@@ -3,11 +3,13 @@ of docs/results.md: per set (validation first) the summary over scenarios, one r
 scenario and policy, and the targets.
 
 python tools/matrix_tables.py .bench/scenarios.json
+python tools/matrix_tables.py --sweep dynamic .bench/tune.json   # one row per variant
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,42 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs))
+
+
+def sweep(doc: dict[str, Any], prefix: str) -> str:
+    """One row per policy named ``prefix*`` over every scenario of the document: its avg
+    and p99 JCT ratios to tiresias (geomean, worst), its preemptions' ratio range, and
+    its fairness where the scenario has several tenants."""
+    out = [
+        "| variant | avg JCT / tiresias: geomean | worst | p99: geomean | worst | "
+        "preemptions / tiresias | fairness (tiresias) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    scenarios = list(doc["scenarios"].values())
+    for policy in scenarios[0]["results"]:
+        if not policy.startswith(prefix):
+            continue
+        avg, p99, pre, fair = [], [], [], []
+        for sc in scenarios:
+            r, base = sc["results"][policy], sc["results"]["tiresias"]
+            avg.append(r["avg_jct_s"] / base["avg_jct_s"])
+            p99.append(r["p99_jct_s"] / base["p99_jct_s"])
+            pre.append(r["preemptions"] / max(base["preemptions"], 1))
+            if base["fairness"] < 1.0:
+                fair.append(f"{r['fairness']:.2f} ({base['fairness']:.2f})")
+        out.append(
+            f"| {policy} | {_geomean(avg):.3f} | {max(avg):.3f} | {_geomean(p99):.3f} | "
+            f"{max(p99):.3f} | {min(pre):.2f}-{max(pre):.2f} | {', '.join(fair) or '-'} |"
+        )
+    return "\n".join(out)
+
+
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        print(render(json.loads(Path(arg).read_text())))
+    args = sys.argv[1:]
+    if args[:1] == ["--sweep"]:
+        print(sweep(json.loads(Path(args[2]).read_text()), args[1]))
+    else:
+        for arg in args:
+            print(render(json.loads(Path(arg).read_text())))

@@ -37,8 +37,8 @@ class Dynamic(Policy):
     - **Preemption**: a waiting job preempts a running one (that has run at least the
       restart cost) only when the victim's rank exceeds the job's times
       ``dynamic_preempt_margin`` to the power 1 + the victim's earlier preemptions, plus
-      the GPU time the restart costs. The same rank on both sides, and a bar that grows with
-      each preemption, so two jobs cannot preempt each other back and forth.
+      the GPU time the restart costs. The same rank on both sides, and a bar that grows
+      with each preemption, so two jobs cannot preempt each other back and forth.
     - **Tail guard**: the ``dynamic_guard_jobs`` oldest pending jobs that have waited
       longer than the ``dynamic_guard_quantile`` of finished jobs' waits are guarded until
       they end: they rank first in their class (oldest first), may preempt any unguarded
