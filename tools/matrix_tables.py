@@ -9,7 +9,6 @@ python tools/matrix_tables.py --sweep dynamic .bench/tune.json   # one row per v
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -81,35 +80,35 @@ def render(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(map(math.log, xs)) / len(xs))
-
-
 def sweep(doc: dict[str, Any], prefix: str) -> str:
-    """One row per policy named ``prefix*`` over every scenario of the document: its avg
-    and p99 JCT ratios to tiresias (geomean, worst), its preemptions' ratio range, and
-    its fairness where the scenario has several tenants."""
+    """One row per policy named ``prefix*`` and set: the matrix's own summary of its avg
+    and p99 JCT ratios to tiresias (geomean, worst), the range of its preemption ratios,
+    and its fairness where the scenario has several tenants."""
     out = [
         "| variant | avg JCT / tiresias: geomean | worst | p99: geomean | worst | "
         "preemptions / tiresias | fairness (tiresias) |",
         "|---|---|---|---|---|---|---|",
     ]
-    scenarios = list(doc["scenarios"].values())
-    for policy in scenarios[0]["results"]:
-        if not policy.startswith(prefix):
-            continue
-        avg, p99, pre, fair = [], [], [], []
-        for sc in scenarios:
-            r, base = sc["results"][policy], sc["results"]["tiresias"]
-            avg.append(r["avg_jct_s"] / base["avg_jct_s"])
-            p99.append(r["p99_jct_s"] / base["p99_jct_s"])
-            pre.append(r["preemptions"] / max(base["preemptions"], 1))
-            if base["fairness"] < 1.0:
-                fair.append(f"{r['fairness']:.2f} ({base['fairness']:.2f})")
-        out.append(
-            f"| {policy} | {_geomean(avg):.3f} | {max(avg):.3f} | {_geomean(p99):.3f} | "
-            f"{max(p99):.3f} | {min(pre):.2f}-{max(pre):.2f} | {', '.join(fair) or '-'} |"
-        )
+    for set_name in SETS:
+        scenarios = [sc for sc in doc["scenarios"].values() if sc["set"] == set_name]
+        for policy, f in doc["summary"].get(set_name, {}).items():
+            if not policy.startswith(prefix):
+                continue
+            avg, p99 = f["avg_jct_s_vs_tiresias"], f["p99_jct_s_vs_tiresias"]
+            pre = [sc["ratios"][policy]["tiresias"]["preemptions"] for sc in scenarios]
+            known = [x for x in pre if x is not None]
+            fair = [
+                f"{sc['results'][policy]['fairness']:.2f} "
+                f"({sc['results']['tiresias']['fairness']:.2f})"
+                for sc in scenarios
+                if sc["results"]["tiresias"]["fairness"] < 1.0
+            ]
+            out.append(
+                f"| {policy} | {avg['geomean']:.3f} | {avg['worst']:.3f} | "
+                f"{p99['geomean']:.3f} | {p99['worst']:.3f} | "
+                f"{min(known, default=0):.2f}-{max(known, default=0):.2f} | "
+                f"{', '.join(fair) or '-'} |"
+            )
     return "\n".join(out)
 
 

@@ -251,12 +251,13 @@ def test_dynamic_raises_the_bar_with_each_preemption() -> None:
     assert (bar, cost) == (params.dynamic_preempt_margin, params.preemption_cost_s)
     victim.preemptions = 2
     assert policy.victim_facts(victim, 1000)[1] == params.dynamic_preempt_margin**3
-    # a job whose rank is just under the victim's / margin passes once, not after two
-    just = rank - math.log(params.dynamic_preempt_margin) - 0.01
+    # a job ranked e times below the victim's rank / margin passes the first bar, not
+    # the bar after two preemptions (margin^3)
+    below = rank - math.log(params.dynamic_preempt_margin) - 1.01
     victim.preemptions = 0
-    assert policy.may_preempt(policy.victim_facts(victim, 1000), just - 1.0)
+    assert policy.may_preempt(policy.victim_facts(victim, 1000), below)
     victim.preemptions = 2
-    assert not policy.may_preempt(policy.victim_facts(victim, 1000), just - 1.0)
+    assert not policy.may_preempt(policy.victim_facts(victim, 1000), below)
 
 
 def test_dynamic_guards_the_oldest_long_waiting_jobs() -> None:
