@@ -62,8 +62,15 @@ def test_a_node_killed_under_load_loses_nothing_and_rejoins(
 ) -> None:
     prefix = "rf3."
     cluster.provision(prefix)
-    assert {r for r, _ in _replicas(cluster.bootstrap, prefix)} == {3}
     p = Pipeline(cluster.bootstrap, prefix, tmp_path)
+    # provision waited until the broker it asked lists the topics; another node may learn
+    # of them from the metadata log a moment later (CI saw an empty answer here once)
+    replicas = p.wait_for(
+        "every node to list the topics",
+        lambda: {r for r, _ in _replicas(cluster.bootstrap, prefix)},
+        30,
+    )
+    assert replicas == {3}
     nodes = write_cluster(tmp_path / "c.cluster.csv", nodes=NODES, gpus_per_node=GPUS)
     accepted: list[str] = []
     refused: Counter[str] = Counter()
