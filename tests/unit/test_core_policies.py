@@ -287,6 +287,25 @@ def test_dynamic_guards_the_oldest_long_waiting_jobs() -> None:
     assert sched.policy.guarded == set()
 
 
+def test_dynamic_guard_holds_a_bounded_share_of_the_gpus() -> None:
+    """Guarded jobs hold at most ``dynamic_guard_gpu_frac`` of the cluster's GPUs, oldest
+    first and at least one job: on a small cluster the guard cannot block most of it."""
+    for order, expected in ((("old", "gang", "young"), {"old"}), (("gang", "old"), {"gang"})):
+        params = Params(dynamic_energy_aware=False, dynamic_guard_gpu_frac=0.25)
+        sched = Scheduler([node("a", 4)], make_policy("dynamic"), make_placement("bestfit"), params)
+        _learned(sched)
+        for i in range(30):  # finished jobs that waited 100 s each
+            done = job(f"d{i}", 1, 0)
+            done.executed_s = 10.0
+            sched.policy.finished(done, 110.0)
+        sched.submit(job("big", 4, 0), 0)  # holds the whole node
+        sched.cycle(0)
+        for t, name in enumerate(order, start=1):
+            sched.submit(job(name, 2 if name == "gang" else 1, t), t)
+        sched.cycle(610)  # the refresh: all waited past 100 s; the budget is 1 of 4 GPUs
+        assert sched.policy.guarded == expected, order
+
+
 def test_a_restored_scheduler_guards_as_a_live_one_would() -> None:
     """The processor rebuilds a scheduler from its records for every recomputation: the
     finished jobs' waits and a refresh at ``now`` give the same guard there."""

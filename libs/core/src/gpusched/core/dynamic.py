@@ -39,11 +39,14 @@ class Dynamic(Policy):
       ``dynamic_preempt_margin`` to the power 1 + the victim's earlier preemptions, plus
       the GPU time the restart costs. The same rank on both sides, and a bar that grows
       with each preemption, so two jobs cannot preempt each other back and forth.
-    - **Tail guard**: the ``dynamic_guard_jobs`` oldest pending jobs that have waited
-      longer than the ``dynamic_guard_quantile`` of finished jobs' waits are guarded until
-      they end: they rank first in their class (oldest first), may preempt any unguarded
-      job of their class or below, and are never preempted. A bounded number, so an
-      index order cannot starve a large gang, and the mean loses little.
+    - **Tail guard**: the oldest pending jobs that have waited longer than the
+      ``dynamic_guard_quantile`` of finished jobs' waits are guarded until they end, at
+      most ``dynamic_guard_jobs`` of them holding at most ``dynamic_guard_gpu_frac`` of
+      the cluster's GPUs (at least one job): they rank first in their class (oldest
+      first), may preempt any unguarded job of their class or below, and are never
+      preempted. Bounded, so an index order cannot starve a large gang, and the mean
+      loses little; bounded in GPUs too, so on a small cluster the guarded jobs cannot
+      hold most of it.
     """
 
     name = "dynamic"
@@ -88,7 +91,8 @@ class Dynamic(Policy):
 
     def _guard(self, now: float) -> None:
         """Guard the oldest pending jobs that have waited past the quantile, up to the
-        bound (jobs stay guarded until they end)."""
+        bounds: ``dynamic_guard_jobs`` jobs holding at most ``dynamic_guard_gpu_frac`` of
+        the cluster's GPUs, at least one job (jobs stay guarded until they end)."""
         live = self.s.queue
         self.guarded = {j for j in self.guarded if j in live or j in self.s.running}
         room = self.p.dynamic_guard_jobs - len(self.guarded)
@@ -97,7 +101,14 @@ class Dynamic(Policy):
             return
         jobs = (self.s.jobs[j] for j in live.ids() if j not in self.guarded)
         late = [(j.submit_time, j.job_id) for j in jobs if _waited(j, now) > limit]
-        self.guarded.update(job_id for _, job_id in heapq.nsmallest(room, late))
+        budget = self.p.dynamic_guard_gpu_frac * self.s.state.total_gpus
+        held = sum(self.s.jobs[j].request.num_gpu for j in self.guarded)
+        for _, job_id in heapq.nsmallest(room, late):
+            gpus = self.s.jobs[job_id].request.num_gpu
+            if self.guarded and held + gpus > budget:
+                break
+            self.guarded.add(job_id)
+            held += gpus
 
     def components(self, job: Job, now: float) -> dict[str, float]:
         gpus = max(job.request.num_gpu, 0.05)

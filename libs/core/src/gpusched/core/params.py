@@ -194,6 +194,13 @@ class Params:
         hi=10_000,
         unit="jobs",
     )
+    dynamic_guard_gpu_frac: float = _p(
+        0.0625,
+        "tail guard: guarded jobs hold at most this fraction of the cluster's GPUs (at "
+        "least one job is guarded)",
+        lo=0.0,
+        hi=1.0,
+    )
     dynamic_guard_quantile: float = _p(
         0.95,
         "tail guard: a pending job is guarded once it has waited longer than this "
