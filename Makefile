@@ -72,7 +72,7 @@ scenarios: install ## Replay the dev scenario matrix (bench/scenarios.yaml) in p
 	$(REPLAY) --matrix bench/scenarios.yaml --json .bench/scenarios.json --report .bench/scenarios
 
 .PHONY: tune
-tune: install ## The parameter sweep on the tune set only (bench/tune.yaml) -> .bench/tune.json
+tune: install ## The parameter sweep on the tune set only (bench/tune.yaml) -> .bench/tune.json (~45 min)
 	$(REPLAY) --matrix bench/tune.yaml --set tune --json .bench/tune.json
 
 .PHONY: kafka-up
