@@ -260,6 +260,15 @@ def test_dynamic_raises_the_bar_with_each_preemption() -> None:
     assert not policy.may_preempt(policy.victim_facts(victim, 1000), below)
 
 
+def _waited_100_s() -> list[Job]:
+    """30 finished 1-GPU jobs, submitted at 0, that ran 10 s and end at 110 s: each waited
+    100 s (the guard's sample of finished waits)."""
+    done = [job(f"d{i}", 1, 0) for i in range(30)]
+    for d in done:
+        d.executed_s = 10.0
+    return done
+
+
 def test_dynamic_guards_the_oldest_long_waiting_jobs() -> None:
     """Past the quantile of finished waits, the oldest pending jobs (up to the bound) run
     first in their class and are never preempted; a gang no longer starves behind an
@@ -267,9 +276,7 @@ def test_dynamic_guards_the_oldest_long_waiting_jobs() -> None:
     params = Params(dynamic_energy_aware=False, dynamic_guard_jobs=1)
     sched = Scheduler([node("a", 2)], make_policy("dynamic"), make_placement("bestfit"), params)
     _learned(sched)
-    for i in range(30):  # finished jobs that waited 100 s each
-        done = job(f"d{i}", 1, 0)
-        done.executed_s = 10.0
+    for done in _waited_100_s():
         sched.policy.finished(done, 110.0)
     sched.submit(job("small", 1, 0), 0)
     sched.submit(job("gang", 2, 0), 0)
@@ -294,9 +301,7 @@ def test_dynamic_guard_holds_a_bounded_share_of_the_gpus() -> None:
         params = Params(dynamic_energy_aware=False, dynamic_guard_gpu_frac=0.25)
         sched = Scheduler([node("a", 4)], make_policy("dynamic"), make_placement("bestfit"), params)
         _learned(sched)
-        for i in range(30):  # finished jobs that waited 100 s each
-            done = job(f"d{i}", 1, 0)
-            done.executed_s = 10.0
+        for done in _waited_100_s():
             sched.policy.finished(done, 110.0)
         sched.submit(job("big", 4, 0), 0)  # holds the whole node
         sched.cycle(0)
@@ -309,11 +314,7 @@ def test_dynamic_guard_holds_a_bounded_share_of_the_gpus() -> None:
 def test_a_restored_scheduler_guards_as_a_live_one_would() -> None:
     """The processor rebuilds a scheduler from its records for every recomputation: the
     finished jobs' waits and a refresh at ``now`` give the same guard there."""
-    ended = []
-    for i in range(30):
-        done = job(f"d{i}", 1, 0)
-        done.executed_s = 10.0
-        ended.append(RecordedJob(done, ended_at=110.0))  # each waited 100 s
+    ended = [RecordedJob(done, ended_at=110.0) for done in _waited_100_s()]
     late, fresh = job("late", 1, 0), job("fresh", 1, 5000)
     sched, misplaced = Scheduler.restore(
         [node("a", 1)],
