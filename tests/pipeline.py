@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import random
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -20,7 +18,7 @@ from aiokafka import AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpusched.contracts.provision import ensure_topics
-from gpusched.local.procs import free_port, gpusched_executable
+from gpusched.local.procs import free_port, free_ports, gpusched_executable
 
 __all__ = [
     "Pipeline",
@@ -34,34 +32,6 @@ __all__ = [
 
 T = TypeVar("T")
 GPUSCHED = gpusched_executable()
-
-
-def free_ports(count: int) -> int:
-    """A free port whose ``count - 1`` successors are free too (a local Kafka node listens
-    on two ports, a three-node cluster on six), below the kernel's ephemeral range: there
-    the nodes' own outgoing connections to a node not yet listening could take its port
-    first (CI saw "Address already in use" once)."""
-    low, high = 20_000, _ephemeral_low() - count
-    while True:
-        base = random.randrange(low, high)
-        if all(_bindable(base + i) for i in range(count)):
-            return base
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32_768
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def fresh_prefix(bootstrap: str) -> str:
@@ -246,7 +216,10 @@ class Pipeline:
             except (httpx.HTTPError, AssertionError):
                 pass
             time.sleep(0.5)
+        raise AssertionError(f"timed out waiting for {what}\n{self.tails()}")
+
+    def tails(self) -> str:
+        """The last lines of the sink's and the processor workers' logs."""
         logs = sorted(self.workdir.glob("*.log"))
         names = [f.stem for f in logs if f.stem == "sink" or f.stem.startswith("process")]
-        tails = "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in names)
-        raise AssertionError(f"timed out waiting for {what}\n{tails}")
+        return "\n".join(f"--- {n}\n{self.log(n)[-3000:]}" for n in names)

@@ -98,6 +98,7 @@ def test_three_workers_one_merger_and_failover(pipeline: Pipeline, tmp_path: Pat
         lambda: len(v := _views(p)) == NODES and all(g == 8 for g, _ in v.values()),
     )
     p.wait_for("every job's priority", lambda: len(_latest_priorities(p)) == 40)
+    assert set(WORKERS) <= set(p.alive()), f"a worker exited\n{p.tails()}"
     first = _merger(p)
     merging = {  # what an operator sees: one worker's gauge is 1
         w: metric_samples(f"http://127.0.0.1:{ports[w]}/metrics")[

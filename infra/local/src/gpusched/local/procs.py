@@ -8,6 +8,7 @@ fails, and a ``down`` that sends SIGTERM, then SIGKILL to what lingers.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -24,6 +25,7 @@ __all__ = [
     "apt_install",
     "cache_dir",
     "free_port",
+    "free_ports",
     "gpusched_executable",
     "machine_cache_dir",
     "pid_alive",
@@ -66,10 +68,42 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (the kernel's choice)."""
+    """A TCP port free on 127.0.0.1 now, for a process that binds it later."""
+    return free_ports(1)
+
+
+def free_ports(count: int) -> int:
+    """A free port whose ``count - 1`` successors are free too (a local Kafka node listens
+    on two ports, a three-node cluster on six), below the kernel's ephemeral range: there
+    any process's outgoing connection could take the port before the process meant to
+    listen on it binds it (CI saw "Address already in use" for a Kafka node, and a
+    processor worker's health port refusing connections). Never the same port twice in
+    one process, so ports asked for one after another differ though none is bound yet."""
+    low, high = 20_000, _ephemeral_low() - count
+    while True:
+        ports = range(base := random.randrange(low, high), base + count)
+        if _GIVEN.isdisjoint(ports) and all(_bindable(p) for p in ports):
+            _GIVEN.update(ports)
+            return base
+
+
+_GIVEN: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def stop_pid(pid: int, grace_s: float) -> None:
