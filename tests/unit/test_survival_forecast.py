@@ -8,6 +8,7 @@ import pytest
 from gpusched.forecaster import ModelConfig
 from gpusched.forecaster.survival import (
     JobSpan,
+    arrival_window_s,
     demand_forecast,
     km_survival,
     survival_forecast,
@@ -44,7 +45,8 @@ def test_fixed_run_times_leave_on_time_and_the_future_is_not_read() -> None:
     # every job ran exactly 2 h: the history says so; two jobs present, aged 30 min and
     # 90 min, leave 90 and 30 minutes from now. Their true ends lie in the future and
     # must not be read: giving them None changes nothing.
-    history = [JobSpan(-DAY + k * HOUR, -DAY + k * HOUR + 2 * HOUR, 1.0) for k in range(20)]
+    # (three days back: no arrivals in the recent windows the arrivals are drawn from)
+    history = [JobSpan(-3 * DAY + k * HOUR, -3 * DAY + k * HOUR + 2 * HOUR, 1.0) for k in range(20)]
     present = [JobSpan(-1800.0, 5400.0, 8.0), JobSpan(-5400.0, 1800.0, 2.0)]
     unknown = [JobSpan(-1800.0, None, 8.0), JobSpan(-5400.0, None, 2.0)]
     f = survival_forecast(history + present, now=0.0, horizon=12, cfg=CFG)
@@ -64,6 +66,18 @@ def test_a_steady_stream_of_arrivals_is_forecast_from_the_recent_past() -> None:
     assert f.yhat == pytest.approx(np.full(36, 3.0), abs=0.51)
     assert np.all(f.lower <= f.yhat)
     assert np.all(f.yhat <= f.upper)
+
+
+def test_near_arrivals_follow_the_last_day_far_ones_the_last_days() -> None:
+    # the same steady stream (3 present at any time) from 7 days ago until a day ago,
+    # then nothing: within the hour the last day's silence rules (no arrivals, nothing
+    # present); six hours ahead the six days' stream does
+    jobs = [JobSpan(t, t + 1800.0, 1.0) for t in np.arange(-7 * DAY, -DAY, 600.0) + 1.0]
+    f = survival_forecast(jobs, now=0.0, horizon=36, cfg=CFG)
+    assert f.yhat[:6] == pytest.approx(np.zeros(6))
+    assert f.yhat[-1] == pytest.approx(3.0)
+    assert arrival_window_s(HOUR) == DAY
+    assert arrival_window_s(6 * HOUR) == 6 * DAY
 
 
 def _demand(jobs: list[JobSpan], until: float, start: float) -> np.ndarray:

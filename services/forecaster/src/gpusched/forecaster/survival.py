@@ -9,7 +9,8 @@ Demand at ``now + h`` (GPUs of pending plus running jobs) is
   ``now`` (jobs that ended, and the ages of those still present, as censored);
 - plus the GPUs of jobs that arrive in ``(now, now + h]`` and are still present at
   ``now + h``: drawn from the same quantity measured over the windows of the same length
-  and phase that started at each step of the last ``window_s`` and closed by ``now``.
+  and phase that started at each step of the recent past and closed by ``now``; how far
+  back grows with the lead (``arrival_window_s``: a day at 1 h, six days at 6 h).
 
 The two are drawn together (``draws`` Monte-Carlo samples, a fixed seed): the point
 forecast is the median of the draws (absolute error, which MASE scores, is minimised by
@@ -33,7 +34,13 @@ import numpy as np
 
 from gpusched.forecaster.models import Forecast, ModelConfig, last_value, quantiles
 
-__all__ = ["JobSpan", "demand_forecast", "km_survival", "survival_forecast"]
+__all__ = [
+    "JobSpan",
+    "arrival_window_s",
+    "demand_forecast",
+    "km_survival",
+    "survival_forecast",
+]
 
 DAY_S = 86400.0
 
@@ -71,12 +78,20 @@ def _at(times: np.ndarray, values: np.ndarray, t: np.ndarray) -> np.ndarray:
     return values[np.searchsorted(times, t, side="right") - 1]
 
 
+def arrival_window_s(lead_s: float) -> float:
+    """How much of the past the arrivals of a lead are drawn from: 24 windows of that
+    lead (one day at 1 h, six at 6 h), at least a day (one daily cycle), at most a week
+    (one weekly cycle). Near arrivals follow the recent rate (bursts last hours), far
+    ones the longer run; a fixed window is either stale at short leads or noisy at long
+    ones (docs/results.md has the candidates)."""
+    return min(max(24 * lead_s, DAY_S), 7 * DAY_S)
+
+
 def survival_forecast(
     jobs: Sequence[JobSpan],
     now: float,
     horizon: int,
     cfg: ModelConfig,
-    window_s: float = 3 * DAY_S,
     draws: int = 400,
     seed: int = 0,
 ) -> Forecast:
@@ -92,25 +107,65 @@ def survival_forecast(
     )
     age, held = ages[present], gpus[present]
     alive_now = np.maximum(_at(times, surv, age), 1e-12)
-    # Arrivals that are still present h later, measured over the recent past.
-    recent = seen & (submit > now - window_s - horizon * cfg.step_s)
-    r_submit, r_end, r_gpus = submit[recent], end[recent], gpus[recent]
+    leads = (np.arange(horizon) + 0.5) * cfg.step_s
+    # each lead's windows: its share of the past, within the past known (a window that
+    # begins before the first job seen is not known to be empty)
+    known = now - (submit[seen].min() if seen.any() else now)
+    share = np.minimum([arrival_window_s(h) for h in leads], np.maximum(known - leads, 0.0))
+    windows = np.maximum(share // cfg.step_s, 1).astype(int)
+    arrived = _recent_arrivals(
+        submit[seen], end[seen], gpus[seen], now, horizon, cfg.step_s, int(windows.max())
+    )
     rng = np.random.default_rng(seed)
     lo_q, hi_q = quantiles(cfg.interval_width)
     yhat, lower, upper = np.empty(horizon), np.empty(horizon), np.empty(horizon)
-    for k in range(horizon):
-        h = (k + 0.5) * cfg.step_s
+    for k, h in enumerate(leads):
         stay = np.clip(_at(times, surv, age + h) / alive_now, 0.0, 1.0)
         kept = (rng.random((draws, len(stay))) < stay) @ held
-        # windows (start, start + h] in the same phase as (now, now + h], closed by now
-        starts = now - cfg.step_s * (k + 1 + np.arange(max(int(window_s / cfg.step_s), 1)))
-        came = (r_submit[None, :] > starts[:, None]) & (r_submit[None, :] <= starts[:, None] + h)
-        lasted = r_end[None, :] > starts[:, None] + h
-        arrived = (came & lasted) @ r_gpus
-        total = kept + rng.choice(arrived, draws)
+        total = kept + rng.choice(arrived[: windows[k], k], draws)
         yhat[k] = np.median(total)
         lower[k], upper[k] = np.quantile(total, [lo_q, hi_q])
     return Forecast("survival", now, cfg.step_s, yhat, lower, upper).clipped()
+
+
+def _recent_arrivals(
+    submit: np.ndarray,
+    end: np.ndarray,
+    gpus: np.ndarray,
+    now: float,
+    horizon: int,
+    step_s: float,
+    windows: int,
+) -> np.ndarray:
+    """``[j, k]``: the GPUs of the jobs that arrived in a window of lead ``k``'s length
+    ending at ``now - (j + 0.5) * step_s`` and were still present at its end: the window
+    in the same phase as ``(now, now + lead]`` ``j + 1`` steps back, closed by ``now``.
+
+    A job counts for window end ``e`` when ``submit <= e < end`` and its age there is
+    under the lead; so the table is a cumulative sum over age bins of the GPUs present
+    at each window end, built from each job's run of window ends."""
+    t_end = now - (np.arange(windows) + 0.5) * step_s  # decreasing in j
+    oldest = t_end[-1] - horizon * step_s
+    keep = (submit > oldest) & (end > t_end[-1])
+    submit, end, gpus = submit[keep], end[keep], gpus[keep]
+    # window ends e_j with submit <= e_j < min(end, submit + longest lead): a run of j
+    first = np.ceil((now - np.minimum(end, submit + horizon * step_s)) / step_s - 0.5)
+    first = np.maximum(first, 0).astype(int)
+    last = np.minimum(np.floor((now - submit) / step_s - 0.5), windows - 1).astype(int)
+    count = np.maximum(last - first + 1, 0)
+    job = np.repeat(np.arange(len(submit)), count)
+    j = np.repeat(first, count) + (
+        np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    )
+    age = t_end[j] - submit[job]
+    exact = (age >= 0) & (t_end[j] < end[job])  # the rounding above, checked exactly
+    # lead k = (k + 0.5) steps counts the ages under it: bin b holds ages in
+    # [(b - 0.5), (b + 0.5)) steps
+    b = np.floor(age[exact] / step_s + 0.5).astype(int)
+    inside = b < horizon
+    table = np.zeros((windows, horizon))
+    np.add.at(table, (j[exact][inside], b[inside]), gpus[job][exact][inside])
+    return np.cumsum(table, axis=1)
 
 
 def demand_forecast(
