@@ -178,14 +178,20 @@ def test_offered_demand_of_a_real_trace_slice() -> None:
     assert b.values("gpu_demand/all").min() >= 0
 
 
+def _philly_days(tmp_path: Path, days: float) -> Path:
+    """The first ``days`` of the real trace, as a trace file."""
+    head = PHILLY.read_text().splitlines()
+    first = float(head[1].split(",")[1])
+    rows = [r for r in head[1:] if float(r.split(",")[1]) < first + days * DAY]
+    trace = tmp_path / "slice.jobs.csv"
+    trace.write_text("\n".join([head[0], *rows]) + "\n")
+    return trace
+
+
 @pytest.mark.slow
 def test_backtest_command_on_a_slice_of_philly(tmp_path: Path) -> None:
     """Six days of the real trace: 3 days of training, an origin every 12 h."""
-    head = PHILLY.read_text().splitlines()
-    first = float(head[1].split(",")[1])
-    rows = [r for r in head[1:] if float(r.split(",")[1]) < first + 6 * DAY]
-    trace = tmp_path / "slice.jobs.csv"
-    trace.write_text("\n".join([head[0], *rows]) + "\n")
+    trace = _philly_days(tmp_path, 6)
     out = tmp_path / "bt.json"
     result = CliRunner().invoke(
         app,
@@ -216,6 +222,19 @@ def test_backtest_command_on_a_slice_of_philly(tmp_path: Path) -> None:
     assert all(len(line) <= 80 and line[-1] in "┓┃┩│┘" for line in rows)  # 80 columns
 
 
+def test_backtest_command_scores_only_the_models_asked_for(tmp_path: Path) -> None:
+    out = tmp_path / "bt.json"
+    result = CliRunner().invoke(
+        app,
+        ["forecast", "backtest", "--jobs", str(_philly_days(tmp_path, 6)), "--json", str(out),
+         "--min-train", "3d", "--every", "12h", "--models", "last_value,forecaster"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for by_model in json.loads(out.read_text())["horizons"].values():
+        assert set(by_model) == {"last_value", "forecaster"}
+    assert "prophet" not in result.stdout
+
+
 def test_backtest_command_refuses_bad_options(tmp_path: Path) -> None:
     runner = CliRunner()
     bad_step = runner.invoke(
@@ -228,6 +247,12 @@ def test_backtest_command_refuses_bad_options(tmp_path: Path) -> None:
     )
     assert bad_series.exit_code == 2
     assert "gpu_demand/all" in bad_series.output
+    bad_model = runner.invoke(
+        app, ["forecast", "backtest", "--jobs", str(PHILLY), "--json", "x", "--models", "arima"]
+    )
+    assert bad_model.exit_code == 2
+    assert "'arima'" in bad_model.output
+    assert "forecaster" in bad_model.output
 
 
 def test_outlook_refits_on_what_the_simulation_has_shown_it() -> None:

@@ -69,6 +69,9 @@ def backtest_command(
     every: Annotated[str, typer.Option(help="time between forecast origins")] = "6h",
     min_train: Annotated[str, typer.Option(help="history before the first origin")] = "14d",
     workers: Annotated[int, typer.Option(help="fits run in parallel")] = 2,
+    models: Annotated[
+        str | None, typer.Option(help="comma-separated models to score (default: all)")
+    ] = None,
 ) -> None:
     """Backtest the forecasting models on the demand a trace offers: last_value,
     seasonal_naive, seasonal_quantile (what the service publishes for arrival series),
@@ -110,10 +113,19 @@ def backtest_command(
         job_models["forecaster"] = lambda history, t, horizon: demand_forecast(
             spans, history, t, horizon, cfg
         )
-    models = (*BACKTEST_MODELS, *job_models)
+    every_model = (*BACKTEST_MODELS, *job_models)
+    chosen = [m.strip() for m in models.split(",") if m.strip()] if models else list(every_model)
+    if unknown := [m for m in chosen if m not in every_model]:
+        console.print(
+            f"[red]error:[/] no model {', '.join(map(repr, unknown))} for {series}; "
+            f"accepted: {', '.join(every_model)}"
+        )
+        raise typer.Exit(2)
+    fitted = [m for m in BACKTEST_MODELS if m in chosen]
+    job_models = {name: model for name, model in job_models.items() if name in chosen}
     with progress_bar(console) as progress:
         origins = max((len(values) - max(leads.values()) - train_steps) // every_steps + 1, 0)
-        task = progress.add_task("fits", total=origins * len(BACKTEST_MODELS))
+        task = progress.add_task("fits", total=origins * len(fitted))
         try:
             result = backtest(
                 values,
@@ -125,6 +137,7 @@ def backtest_command(
                 workers,
                 on_fit=lambda _: progress.advance(task),
                 job_models=job_models,
+                series_models=fitted,
             )
         except ValueError as exc:
             console.print(f"[red]error:[/] {exc}")
@@ -146,7 +159,7 @@ def backtest_command(
     for label in result["horizons"]:
         table.add_column(f"{label} MASE", justify="right")
         table.add_column(f"{label} 80% cover", justify="right")
-    for model in models:
+    for model in (*fitted, *job_models):
         cells = []
         for by_model in result["horizons"].values():
             cells += [f"{by_model[model]['mase']:.3f}", f"{by_model[model]['coverage']:.2f}"]

@@ -41,12 +41,14 @@ def backtest(
     workers: int = 1,
     on_fit: Callable[[str], None] | None = None,
     job_models: Mapping[str, JobModel] | None = None,
+    series_models: Sequence[str] = BACKTEST_MODELS,
 ) -> dict[str, Any]:
     """MASE, interval coverage and the number of origins scored, per horizon (label ->
-    steps ahead) and model: the series models of ``BACKTEST_MODELS`` and ``job_models``
-    (``survival``, ``forecaster``), which also read the jobs known at each origin."""
+    steps ahead) and model: the series models of ``series_models`` (some of
+    ``BACKTEST_MODELS``) and ``job_models`` (``survival``, ``forecaster``), which also read
+    the jobs known at each origin."""
     job_models = job_models or {}
-    models: Sequence[str] = (*BACKTEST_MODELS, *job_models)
+    models: Sequence[str] = (*series_models, *job_models)
     longest = max(horizons.values())
     m = cfg.season_steps
     if min_train <= m:
@@ -64,7 +66,7 @@ def backtest(
     tasks = {
         f"{model}@{o}": FitTask(values[:o], start + o * cfg.step_s, longest, model)
         for o in origins
-        for model in BACKTEST_MODELS
+        for model in series_models
     }
     forecasts = fit_many(tasks, cfg, workers, on_done=on_fit)
     calibrator = Calibrator(cfg.interval_width)
