@@ -110,10 +110,11 @@ class KafkaSettings(BaseSettings):
 def producer_options(kafka: KafkaSettings | str) -> dict[str, Any]:
     """The options every gpusched producer shares: its connection and writes acknowledged
     by every in-sync replica (``acks=all``: with min.insync.replicas 2 on 3 brokers a
-    write survives one broker's loss). Not idempotent yet: with aiokafka's idempotent
-    producer the outage test (tests/integration/test_outage.py) failed 2 runs in 4, not
-    diagnosed (issue 17's note); a duplicate from a retried send is collapsed downstream
-    by event id (ReplacingMergeTree, the processor's folds)."""
+    write survives one broker's loss). Not idempotent yet: aiokafka's idempotent producer
+    never expires a batch (a send during an outage never fails, and ``stop()`` waits for
+    it) and stops for good after ``OutOfOrderSequenceNumber`` (issue 17's note); a
+    duplicate from a retried send is collapsed downstream by event id
+    (ReplacingMergeTree, the processor's folds)."""
     return {**client_options(kafka), "acks": "all"}
 
 
