@@ -158,13 +158,13 @@ def _recent_arrivals(
         np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
     )
     age = t_end[j] - submit[job]
-    exact = (age >= 0) & (t_end[j] < end[job])  # the rounding above, checked exactly
     # lead k = (k + 0.5) steps counts the ages under it: bin b holds ages in
     # [(b - 0.5), (b + 0.5)) steps
-    b = np.floor(age[exact] / step_s + 0.5).astype(int)
-    inside = b < horizon
+    b = np.floor(age / step_s + 0.5).astype(int)
+    # the rounding of the runs above, checked exactly; and ages past the longest lead
+    counted = (age >= 0) & (t_end[j] < end[job]) & (b < horizon)
     table = np.zeros((windows, horizon))
-    np.add.at(table, (j[exact][inside], b[inside]), gpus[job][exact][inside])
+    np.add.at(table, (j[counted], b[counted]), gpus[job[counted]])
     return np.cumsum(table, axis=1)
 
 
