@@ -309,30 +309,31 @@ def _parked(sched: Scheduler) -> int:
 
 
 @pytest.mark.parametrize(
-    ("outlook", "parked_at_400", "parked_at_1000"),
+    ("outlook", "parked_at_700", "parked_at_1000"),
     [
-        (None, 0, 6),  # fixed headroom 24.4 GPUs: 3 idle nodes kept, parking after 900 s
-        (_Outlook(0, 0, 4), 6, 6),  # no rise: high-class room only, parked after 300 s
-        (_Outlook(0, 20, 4), 3, 3),  # a rise within the hour keeps 3 more nodes on
-        (_Outlook(16, 16, 8), 3, 3),  # a rise and high arrivals before a wake is done
+        (None, 0, 6),  # fixed headroom 16.4 GPUs: 3 idle nodes kept, parking after 900 s
+        (_Outlook(0, 0, 4), 8, 8),  # no rise, no fixed headroom: high-class room only,
+        # parked after 600 s
+        (_Outlook(0, 20, 4), 6, 6),  # a rise within the hour keeps 3 more nodes on
+        (_Outlook(8, 8, 8), 7, 7),  # a rise and high arrivals before a wake is done
     ],
 )
 def test_dynamic_parks_by_the_forecast(
-    outlook: _Outlook | None, parked_at_400: int, parked_at_1000: int
+    outlook: _Outlook | None, parked_at_700: int, parked_at_1000: int
 ) -> None:
     sched = _cluster(outlook)
-    sched.cycle(400.0)
-    assert _parked(sched) == parked_at_400
+    sched.cycle(700.0)
+    assert _parked(sched) == parked_at_700
     sched.cycle(1000.0)
     assert _parked(sched) == parked_at_1000
 
 
 def test_dynamic_wakes_ahead_of_predicted_demand() -> None:
     sched = _cluster(_Outlook(0, 0, 0))
-    sched.cycle(400.0)
-    assert _parked(sched) == 6  # 32 GPUs on: the busy node and the fixed headroom
+    sched.cycle(700.0)
+    assert _parked(sched) == 9  # only the busy node on: the forecast sees no rise
     sched.outlook = _Outlook(20, 20, 4)  # a burst predicted before a wake would finish
-    woken = [d for d in sched.cycle(500.0).decisions if type(d).__name__ == "WakeNode"]
+    woken = [d for d in sched.cycle(800.0).decisions if type(d).__name__ == "WakeNode"]
     assert len(woken) == 3  # 24 GPUs more wanted: three nodes of 8
 
 

@@ -85,6 +85,34 @@ def test_powersave_is_only_for_policies_that_do_not_manage_power() -> None:
         make_policy("dynamic+powersave")
 
 
+@pytest.mark.parametrize(
+    ("nodes", "at_150"),
+    [
+        (["a", "b"], [("WakeNode", "b")]),
+        (["a"], [("Preempt", "old"), ("Place", "new")]),
+    ],
+)
+def test_a_job_a_parked_node_can_hold_wakes_it_instead_of_preempting(
+    nodes: list[str], at_150: list[tuple[str, str]]
+) -> None:
+    """tiresias preempts ``old`` for ``new`` (test_core_policies), but when a parked node
+    can hold ``new`` it is woken and ``new`` waits for it, as Slurm resumes a
+    powered-down node rather than preempt; with no node parked, the preemption happens."""
+    params = Params(
+        tiresias_thresholds_gpu_s=(100.0,),
+        tiresias_lease_s=10.0,
+        preemption_cost_s=10.0,
+        powersave_suspend_time_s=60,
+    )
+    specs = [node(name, 4) for name in nodes]
+    sched = Scheduler(specs, make_policy("tiresias+powersave"), make_placement("bestfit"), params)
+    sched.submit(job("old", 4, 0), 0)
+    sched.cycle(0)
+    assert kinds(sched.cycle(100).decisions) == [("ParkNode", n) for n in nodes[1:]]
+    sched.submit(job("new", 4, 150), 150)
+    assert kinds(sched.cycle(150).decisions) == at_150
+
+
 # -- a gang larger than the cluster's total of its model ----------------------------------
 def test_a_gang_larger_than_its_models_total_is_never_placeable() -> None:
     nodes = [node("a", 8, "V100"), node("b", 8, "V100"), node("c", 8, "K80")]

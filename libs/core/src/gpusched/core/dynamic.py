@@ -208,14 +208,16 @@ class Dynamic(Policy):
     def _need(self, now: float, allocated: float) -> tuple[float, float, float]:
         """(GPUs to have on now, GPUs to keep on when parking, idle time before parking).
 
-        Waiting jobs are served by ``wake_for_waiting`` (nodes they can use); the demand
-        here is what runs (``allocated``). Without a forecast: that plus the fixed
-        headroom, and a node idle for ``dynamic_park_after_s`` is parked. A forecast (the
-        scheduler's ``outlook``) adds to that, never takes away: the rise predicted before
-        a node woken now would be ready (wake ahead), the predicted arrivals of the high
-        classes in that time (their own headroom), and a node is kept when the rise
-        predicted over the look-ahead would need it; in exchange an idle node the forecast
-        does not need is parked sooner (``dynamic_forecast_park_after_s``).
+        Waiting jobs are served by ``wake_for_waiting`` (nodes they can use), and a job
+        that a parked node can hold waits for its wake rather than preempt (the
+        scheduler's admit step); the demand here is what runs (``allocated``). Without a
+        forecast (or before its first fit): that plus the fixed headroom, and a node idle
+        for ``dynamic_park_after_s`` is parked. A forecast (the scheduler's ``outlook``)
+        takes the fixed headroom's place: what runs plus the rise predicted before a
+        node woken now would be ready (wake ahead) plus the predicted arrivals of the
+        high classes in that time (their own headroom); a node is kept when the rise
+        predicted over the look-ahead would need it, and an idle node it does not need
+        is parked after ``dynamic_forecast_park_after_s``.
         """
         p = self.p
         fixed = allocated + p.dynamic_headroom_gpus + p.dynamic_headroom_frac * allocated
@@ -228,6 +230,6 @@ class Dynamic(Policy):
         if rise is None or later is None:
             return fixed, fixed, p.dynamic_park_after_s  # no forecast yet
         high = sum(outlook.arrivals(now, lead, c) or 0.0 for c in p.dynamic_headroom_classes)
-        need = fixed + max(rise, 0.0) + high
-        keep = max(need, fixed + max(later, 0.0) + high)
+        need = allocated + max(rise, 0.0) + high
+        keep = max(need, allocated + max(later, 0.0) + high)
         return need, keep, p.dynamic_forecast_park_after_s

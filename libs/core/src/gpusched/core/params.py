@@ -226,10 +226,18 @@ class Params:
         dangerous=True,
     )
     dynamic_headroom_gpus: float = _p(
-        16.0, "idle GPUs kept on for arrivals", lo=0.0, hi=100_000.0, unit="GPUs"
+        16.0,
+        "idle GPUs kept on for arrivals (without a demand forecast: a forecast's predicted "
+        "rise takes this headroom's place)",
+        lo=0.0,
+        hi=100_000.0,
+        unit="GPUs",
     )
     dynamic_headroom_frac: float = _p(
-        0.05, "more idle-on headroom as a share of GPUs in use", lo=0.0, hi=1.0
+        0.05,
+        "more idle-on headroom as a share of GPUs in use (without a demand forecast)",
+        lo=0.0,
+        hi=1.0,
     )
     dynamic_park_after_s: float = _p(
         900.0, "an idle node is parked after this long", lo=60.0, hi=30 * 86400.0, unit="s"
@@ -240,11 +248,12 @@ class Params:
     dynamic_headroom_classes: tuple[str, ...] = _p(
         ("high",),
         "with a demand forecast: classes whose predicted arrivals get headroom of their own "
-        "on top of the headroom for all arrivals",
+        "on top of the predicted rise of all demand",
     )
     dynamic_forecast_park_after_s: float = _p(
-        300.0,
-        "with a demand forecast: an idle node not needed by it is parked after this long",
+        600.0,
+        "with a demand forecast: an idle node not needed by it is parked after this long "
+        "(Slurm's SuspendTime of +powersave, powersave_suspend_time_s)",
         lo=60.0,
         hi=30 * 86400.0,
         unit="s",

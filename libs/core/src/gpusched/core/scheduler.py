@@ -324,7 +324,9 @@ class Scheduler:
                 break
             context = (
                 policy.preempt_context(job, now)
-                if policy.preemptive and preempt_tries < params.preempt_tries
+                if policy.preemptive
+                and preempt_tries < params.preempt_tries
+                and not self._fits_once_woken(job)
                 else None
             )
             if context is not None:
@@ -344,6 +346,24 @@ class Scheduler:
                     failed = {(r, k) for r, k in failed if not k}  # the usable sets moved
         self.planner.remember(self.reservations)
         state.unhide(h.node_id for h in held)
+
+    def _fits_once_woken(self, job: Job) -> bool:
+        """Whether ``job`` would be placed if the parked and waking nodes were on: it is
+        served by a wake (``wake_for_waiting``) within the wake latency, not by a
+        preemption, as Slurm allocates a powered-down node and resumes it rather than
+        preempting for a job that such a node can hold."""
+        state = self.state
+        off = [n.node_id for n in state.nodes.values() if n.power is not PowerState.ON]
+        if not off:
+            return False
+        mark = state.checkpoint()
+        try:
+            for node_id in off:
+                state.set_power(node_id, PowerState.ON)
+            return self.placement.place(state, job.request) is not None
+        finally:
+            state.rollback(mark)
+            state.commit()
 
     def reserved_nodes(self) -> set[str]:
         """Nodes held by this cycle's reservations."""
