@@ -113,6 +113,28 @@ def test_a_job_a_parked_node_can_hold_wakes_it_instead_of_preempting(
     assert kinds(sched.cycle(150).decisions) == at_150
 
 
+@pytest.mark.parametrize(
+    ("qos", "at_7200"),
+    [
+        ("normal", [("WakeNode", "b")]),
+        ("high", [("Preempt", "old"), ("Place", "new"), ("WakeNode", "b")]),
+    ],
+)
+def test_dynamic_high_class_preempts_rather_than_wait_for_a_wake(
+    qos: str, at_7200: list[tuple[str, str]]
+) -> None:
+    """A class with headroom of its own (``dynamic_headroom_classes``) is not made to wait
+    for a wake; a normal job is."""
+    params = Params(dynamic_headroom_gpus=0, dynamic_headroom_frac=0, dynamic_park_after_s=60)
+    specs = [node("a", 4), node("b", 4)]
+    sched = Scheduler(specs, make_policy("dynamic"), make_placement("bestfit"), params)
+    sched.submit(job("old", 4, 0), 0)
+    sched.cycle(0)
+    assert kinds(sched.cycle(3600).decisions) == [("ParkNode", "b")]
+    sched.submit(job("new", 4, 7200, qos=qos), 7200)
+    assert kinds(sched.cycle(7200).decisions) == at_7200
+
+
 # -- a gang larger than the cluster's total of its model ----------------------------------
 def test_a_gang_larger_than_its_models_total_is_never_placeable() -> None:
     nodes = [node("a", 8, "V100"), node("b", 8, "V100"), node("c", 8, "K80")]

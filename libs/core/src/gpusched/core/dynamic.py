@@ -149,6 +149,12 @@ class Dynamic(Policy):
         rank, bar, cost = facts
         return math.exp(rank) > bar * math.exp(context) + cost
 
+    def waits_for_wake(self, job: Job) -> bool:
+        # The classes with headroom of their own are not made to wait for a wake: they
+        # preempt as before (their waits are a target against tiresias-qos, which never
+        # parks).
+        return job.qos not in self.p.dynamic_headroom_classes
+
     def may_reserve(self, job: Job, now: float) -> bool:
         # Only a starving job: reservations hold GPUs idle, aging and preemption serve
         # the rest.

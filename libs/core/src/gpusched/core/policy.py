@@ -61,6 +61,12 @@ class Policy:
     def may_preempt(self, facts: Any, context: Any) -> bool:
         return False
 
+    def waits_for_wake(self, job: Job) -> bool:
+        """Whether a blocked ``job`` that a parked or waking node could hold waits for
+        that node rather than preempt (Slurm resumes a powered-down node rather than
+        preempt for a job it can hold)."""
+        return True
+
     def victim_order(self, victim: Job, facts: Any, now: float) -> Key:
         """Victims are released largest key first (by default: lowest priority first)."""
         return self.running_key(victim, now)

@@ -326,7 +326,7 @@ class Scheduler:
                 policy.preempt_context(job, now)
                 if policy.preemptive
                 and preempt_tries < params.preempt_tries
-                and not self._fits_once_woken(job)
+                and not (policy.waits_for_wake(job) and self._fits_once_woken(job))
                 else None
             )
             if context is not None:
