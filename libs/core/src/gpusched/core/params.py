@@ -247,8 +247,9 @@ class Params:
     )
     dynamic_headroom_classes: tuple[str, ...] = _p(
         ("high",),
-        "with a demand forecast: classes whose predicted arrivals get headroom of their own "
-        "on top of the predicted rise of all demand",
+        "classes whose jobs preempt rather than wait for a parked node to wake, and, with a "
+        "demand forecast, whose predicted arrivals get headroom of their own on top of the "
+        "predicted rise of all demand",
     )
     dynamic_forecast_park_after_s: float = _p(
         600.0,
