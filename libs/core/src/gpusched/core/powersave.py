@@ -12,6 +12,8 @@ nodes are powering up.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING
@@ -19,9 +21,16 @@ from typing import TYPE_CHECKING
 from gpusched.core.model import Decision, ParkNode, PowerState, WakeNode
 
 if TYPE_CHECKING:
+    from gpusched.core.cluster import ClusterState
     from gpusched.core.scheduler import Scheduler
 
-__all__ = ["SuspendIdle", "WaitingNeeds", "next_idle_deadline", "wake_for_waiting"]
+__all__ = [
+    "SuspendIdle",
+    "WaitingNeeds",
+    "every_node_on",
+    "next_idle_deadline",
+    "wake_for_waiting",
+]
 
 _WAITING_TRIED = 64  # waiting jobs placed on the trial state per cycle, in queue order
 
@@ -35,6 +44,19 @@ class WaitingNeeds:
     held: set[str]
 
 
+@contextmanager
+def every_node_on(state: ClusterState, off: list[str]) -> Iterator[None]:
+    """A trial state with the nodes ``off`` (parked or waking) on; rolled back after."""
+    mark = state.checkpoint()
+    try:
+        for node_id in off:
+            state.set_power(node_id, PowerState.ON)
+        yield
+    finally:
+        state.rollback(mark)
+        state.commit()
+
+
 def wake_for_waiting(scheduler: Scheduler, now: float) -> WaitingNeeds:
     """Parked nodes that the first waiting jobs (queue order) would be placed on if every
     node were on, and the nodes on that those placements use beside them; waking nodes
@@ -46,10 +68,7 @@ def wake_for_waiting(scheduler: Scheduler, now: float) -> WaitingNeeds:
         return WaitingNeeds([], set())
     wake: dict[str, str] = {}
     held: set[str] = set()
-    mark = state.checkpoint()
-    try:
-        for node_id in off:
-            state.set_power(node_id, PowerState.ON)
+    with every_node_on(state, off):
         for job_id in islice(scheduler.queue.walk(), _WAITING_TRIED):
             job = scheduler.jobs[job_id]
             allocs = scheduler.placement.place(state, job.request)
@@ -62,9 +81,6 @@ def wake_for_waiting(scheduler: Scheduler, now: float) -> WaitingNeeds:
                 wake.setdefault(node_id, job_id)
             if asleep:
                 held |= nodes - asleep
-    finally:
-        state.rollback(mark)
-        state.commit()
     return WaitingNeeds(
         [WakeNode(node_id, f"job {job_id} waits for it") for node_id, job_id in wake.items()],
         held,

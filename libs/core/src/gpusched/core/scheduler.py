@@ -34,6 +34,7 @@ from gpusched.core.params import Params
 from gpusched.core.placement import Placement
 from gpusched.core.policies import Policy
 from gpusched.core.power import PowerModel
+from gpusched.core.powersave import every_node_on
 from gpusched.core.queue import PendingQueue
 from gpusched.core.reasons import explain
 from gpusched.core.reservations import Reservation, ReservationPlanner
@@ -356,14 +357,8 @@ class Scheduler:
         off = [n.node_id for n in state.nodes.values() if n.power is not PowerState.ON]
         if not off:
             return False
-        mark = state.checkpoint()
-        try:
-            for node_id in off:
-                state.set_power(node_id, PowerState.ON)
+        with every_node_on(state, off):
             return self.placement.place(state, job.request) is not None
-        finally:
-            state.rollback(mark)
-            state.commit()
 
     def reserved_nodes(self) -> set[str]:
         """Nodes held by this cycle's reservations."""
