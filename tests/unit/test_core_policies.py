@@ -236,8 +236,10 @@ def test_dynamic_preempts_only_when_it_pays() -> None:
     assert sched2.cycle(300).decisions == []
 
 
-def test_dynamic_raises_the_bar_with_each_preemption() -> None:
-    """A victim preempted before needs margin^(1 + preemptions): no back and forth."""
+def test_dynamic_preemption_bar_ignores_earlier_preemptions() -> None:
+    """The bar is the margin whatever the victim's past: a long job that was preempted
+    before is preempted again by the same short job (the growing bar of before made it
+    all but unpreemptible, margin^(1 + preemptions))."""
     params = Params(dynamic_energy_aware=False)
     sched = Scheduler([node("a", 1)], make_policy("dynamic"), make_placement("bestfit"), params)
     _learned(sched)
@@ -249,15 +251,15 @@ def test_dynamic_raises_the_bar_with_each_preemption() -> None:
     assert facts is not None
     rank, bar, cost = facts
     assert (bar, cost) == (params.dynamic_preempt_margin, params.preemption_cost_s)
-    victim.preemptions = 2
-    assert policy.victim_facts(victim, 1000)[1] == params.dynamic_preempt_margin**3
-    # a job ranked e times below the victim's rank / margin passes the first bar, not
-    # the bar after two preemptions (margin^3)
+    # a job ranked e times below the victim's rank / margin passes the bar, before and
+    # after two preemptions alike; one ranked just above rank / margin does not
     below = rank - math.log(params.dynamic_preempt_margin) - 1.01
-    victim.preemptions = 0
-    assert policy.may_preempt(policy.victim_facts(victim, 1000), below)
-    victim.preemptions = 2
-    assert not policy.may_preempt(policy.victim_facts(victim, 1000), below)
+    just_above = rank - math.log(params.dynamic_preempt_margin) + 0.01
+    for preemptions in (0, 2):
+        victim.preemptions = preemptions
+        assert policy.victim_facts(victim, 1000) == facts
+        assert policy.may_preempt(facts, below)
+        assert not policy.may_preempt(facts, just_above)
 
 
 def _waited_100_s() -> list[Job]:

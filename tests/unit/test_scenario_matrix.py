@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from gpusched.cli.main import app
 from gpusched.sim import SimError, traces_dir
 from gpusched.sim.matrix import load_matrix
+from gpusched.sim.traces import load_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = traces_dir(REPO.parent / "shared" / "traces")
@@ -34,6 +35,7 @@ scenarios:
     jobs: tiresias_60job.jobs.csv
     cluster: tiresias_16x4.cluster.csv
     window_s: [0, 900]
+    max_gpus: 2
     tags: [queueing]
   - name: small-energy
     set: validation
@@ -66,7 +68,12 @@ def test_the_matrix_runs_every_scenario_and_policy(tmp_path: Path) -> None:
         == tune["results"]["dynamic"]["avg_jct_s"] / tune["results"]["srpt-oracle"]["avg_jct_s"]
     )
     window = scenarios["small-validation-window"]
-    assert 0 < window["results"]["fifo"]["jobs"] < tune["results"]["fifo"]["jobs"]
+    kept = [
+        j
+        for j in load_jobs(TRACES / "tiresias_60job.jobs.csv")
+        if j.submit_time < 900 and j.request.num_gpu <= 2
+    ]
+    assert 0 < window["results"]["fifo"]["jobs"] == len(kept) < tune["results"]["fifo"]["jobs"]
     assert set(doc["summary"]) == {"tune", "validation"}
     assert doc["summary"]["tune"]["tiresias"]["avg_jct_s_vs_tiresias"]["geomean"] == 1.0
     checks = {(c["scenario"], c["target"]) for c in doc["targets"]}

@@ -85,6 +85,7 @@ def _scenario_table(name: str, sc: dict[str, Any], wide: bool = False) -> Table:
     """Avg/p99 JCT, wait, energy and the ratio to tiresias within 80 columns; ``wide``
     adds per-class JCT/wait, preemptions, fairness and the other ratios."""
     window = f", window {sc['window_s']}" if sc.get("window_s") else ""
+    window += f", jobs of <= {sc['max_gpus']:g} GPUs" if sc.get("max_gpus") else ""
     title = f"[{sc['set']}] {name}: {sc['jobs']} on {sc['cluster']}{window}"
     classes = sorted(
         {q for r in sc["results"].values() for q in r.get("jct_by_qos", {})}

@@ -36,9 +36,13 @@ class Dynamic(Policy):
       turned the order into FIFO on heavily loaded clusters.
     - **Preemption**: a waiting job preempts a running one (that has run at least the
       restart cost) only when the victim's rank exceeds the job's times
-      ``dynamic_preempt_margin`` to the power 1 + the victim's earlier preemptions, plus
-      the GPU time the restart costs. The same rank on both sides, and a bar that grows
-      with each preemption, so two jobs cannot preempt each other back and forth.
+      ``dynamic_preempt_margin``, plus the GPU time the restart costs. The same rank on
+      both sides, and it depends on the run time and GPUs only, never on how often the
+      victim was preempted before (what has been lost is lost; the Gittins order needs
+      no history). The margin is the hysteresis: after A preempts B, B can take its
+      GPUs back only once A's rank has grown past B's times the margin, so A's rank
+      must grow by the margin squared between two swaps. A job preempted again and
+      again is the tail guard's to protect.
     - **Tail guard**: the oldest pending jobs that have waited longer than the
       ``dynamic_guard_quantile`` of finished jobs' waits are guarded until they end, at
       most ``dynamic_guard_jobs`` of them holding at most ``dynamic_guard_gpu_frac`` of
@@ -134,9 +138,8 @@ class Dynamic(Policy):
         p = self.p
         if victim.job_id in self.guarded or victim.running_for(now) < p.preemption_cost_s:
             return None
-        bar = p.dynamic_preempt_margin ** (1 + victim.preemptions)
         cost = p.preemption_cost_s * max(victim.request.num_gpu, 0.05)
-        return self.running_key(victim, now)[0], bar, cost
+        return self.running_key(victim, now)[0], p.dynamic_preempt_margin, cost
 
     def victim_order(self, victim: Job, facts: tuple[float, float, float], now: float) -> Key:
         return facts[:1]  # the highest rank first

@@ -181,8 +181,8 @@ class Params:
     )
     dynamic_preempt_margin: float = _p(
         3.0,
-        "preempt only when the victim's rank exceeds the job's times this factor to the "
-        "power 1 + the victim's earlier preemptions (plus the restart's GPU time)",
+        "preempt only when the victim's rank exceeds the job's times this factor (plus "
+        "the restart's GPU time); the victim's earlier preemptions do not raise it",
         lo=1.0,
         hi=1000.0,
     )

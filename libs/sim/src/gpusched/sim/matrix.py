@@ -26,9 +26,9 @@ from gpusched.core import Params
 from gpusched.core.policies import policy_names
 from gpusched.sim.engine import RunResult, TraceOutlook
 from gpusched.sim.errors import SimError
-from gpusched.sim.replay import EXPERIMENTS, VARIANTS, replay
+from gpusched.sim.replay import EXPERIMENTS, VARIANTS, replay, select_jobs
 from gpusched.sim.report import write_index, write_report
-from gpusched.sim.traces import load_jobs, traces_dir
+from gpusched.sim.traces import traces_dir
 
 __all__ = [
     "REFERENCES",
@@ -63,6 +63,7 @@ class Scenario(_Strict):
     jobs: str
     cluster: str
     window_s: tuple[float, float] | None = None
+    max_gpus: float | None = Field(default=None, gt=0)  # keep jobs of at most this many GPUs
     time_scale: float = Field(default=1.0, gt=0)
     experiment: str = "queueing"
     placement: str = "bestfit"
@@ -140,12 +141,7 @@ def _tasks(
             continue
         jobs = _trace_path(traces, scenario.jobs)
         cluster = _trace_path(traces, scenario.cluster)
-        scale = scenario.time_scale
-        submits = [j.submit_time for j in load_jobs(jobs, scale)]
-        if scenario.window_s is not None:
-            start, end = scenario.window_s
-            submits = [t for t in submits if start / scale <= t < end / scale]
-        size = len(submits)
+        size = len(select_jobs(jobs, scenario.time_scale, scenario.window_s, scenario.max_gpus))
         for policy in matrix.policies_of(scenario):
             variant = matrix.variants.get(policy)
             runs = variant.policy if variant else policy
@@ -193,6 +189,7 @@ def _run_task(task: _Task, progress: Any, keep_run: bool) -> _Done:
         on_progress=on_progress,
         outlook=task.outlook,
         window=scenario.window_s,
+        max_gpus=scenario.max_gpus,
     )
     return _Done(
         scenario.name,

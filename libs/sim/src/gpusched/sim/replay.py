@@ -12,9 +12,9 @@ from gpusched.core.policies import POLICIES, policy_names
 from gpusched.sim.engine import RunResult, Simulation, TraceOutlook
 from gpusched.sim.errors import SimError
 from gpusched.sim.metrics import summarize
-from gpusched.sim.traces import load_cluster, load_jobs, trace_name
+from gpusched.sim.traces import TraceJob, load_cluster, load_jobs, trace_name
 
-__all__ = ["EXPERIMENTS", "VARIANTS", "replay"]
+__all__ = ["EXPERIMENTS", "VARIANTS", "replay", "select_jobs"]
 
 EXPERIMENTS = ("queueing", "packing")
 # Names a replay accepts besides the policies: the policy they run, without a forecast.
@@ -23,6 +23,27 @@ VARIANTS = {"dynamic-noforecast": "dynamic"}
 
 def reads_outlook(policy: str) -> bool:
     return bool(getattr(POLICIES[policy], "reads_outlook", False))
+
+
+def select_jobs(
+    jobs_path: Path,
+    time_scale: float = 1.0,
+    window: tuple[float, float] | None = None,
+    max_gpus: float | None = None,
+) -> list[TraceJob]:
+    """The jobs of a trace that a replay runs: submitted in ``window`` (seconds of the
+    trace, before time scaling) and asking for at most ``max_gpus`` GPUs."""
+    jobs = load_jobs(jobs_path, time_scale)
+    if window is not None:
+        start, end = window[0] / time_scale, window[1] / time_scale
+        jobs = [j for j in jobs if start <= j.submit_time < end]
+    if max_gpus is not None:
+        jobs = [j for j in jobs if j.request.num_gpu <= max_gpus]
+    if not jobs:
+        where = f" in the window {window}" if window is not None else ""
+        fits = f" asking for <= {max_gpus:g} GPUs" if max_gpus is not None else ""
+        raise SimError(f"{jobs_path}: no job{where}{fits}")
+    return jobs
 
 
 def replay(
@@ -38,12 +59,14 @@ def replay(
     on_progress: Callable[[int], None] | None = None,
     outlook: Callable[[], TraceOutlook] | None = None,
     window: tuple[float, float] | None = None,
+    max_gpus: float | None = None,
 ) -> tuple[dict[str, Any], dict[str, RunResult]]:
     """Run each policy over the trace; the JSON document and the raw runs (for plots).
 
     ``outlook`` makes a fresh demand forecast for each run of a policy by its own name
     (``dynamic``); a variant of ``VARIANTS`` runs its policy without one. ``window``
-    keeps the jobs submitted in [start, end) seconds of the trace (before time scaling).
+    keeps the jobs submitted in [start, end) seconds of the trace (before time scaling),
+    ``max_gpus`` those that ask for at most that many GPUs.
     """
     if experiment not in EXPERIMENTS:
         raise SimError(f"unknown experiment {experiment!r}; accepted: {', '.join(EXPERIMENTS)}")
@@ -53,12 +76,7 @@ def replay(
     if placement not in PLACEMENTS:
         raise UnknownName("placement", placement, list(PLACEMENTS))
     nodes = load_cluster(cluster_path)
-    jobs = load_jobs(jobs_path, time_scale)
-    if window is not None:
-        start, end = window[0] / time_scale, window[1] / time_scale
-        jobs = [j for j in jobs if start <= j.submit_time < end]
-        if not jobs:
-            raise SimError(f"{jobs_path}: no job submitted in the window {window}")
+    jobs = select_jobs(jobs_path, time_scale, window, max_gpus)
     runs: dict[str, RunResult] = {}
     results: dict[str, Any] = {}
     skipped: list[dict[str, str]] = []
@@ -89,6 +107,7 @@ def replay(
         "time_scale": time_scale,
         "seed": seed,
         **({"window_s": list(window)} if window is not None else {}),
+        **({"max_gpus": max_gpus} if max_gpus is not None else {}),
         "results": results,
         "skipped": skipped,
     }
