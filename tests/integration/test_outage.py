@@ -4,6 +4,7 @@ the same data directory), so the session's broker is never touched."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -14,8 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.provision import ensure_topics
+from gpusched.contracts.topics import JOBS
 from gpusched.local.kafka import LocalBroker
 from tests.pipeline import Pipeline, free_port, free_ports, write_cluster
 
@@ -153,3 +158,66 @@ def _logged_at(line: str) -> datetime:
     return datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S") + timedelta(
         milliseconds=int(found.group(2))
     )
+
+
+def test_the_idempotent_producer_bounds_every_wait_and_starts_again(
+    broker: LocalBroker,
+) -> None:
+    """aiokafka's idempotent producer would wait for the broker without end (a send's
+    future, and stop()); ours fails a record not acknowledged within the delivery timeout,
+    drops it (it does not arrive later), closes within the close timeout, and sends again
+    with a new producer once the broker is back."""
+    prefix = "outage3."
+    ensure_topics(broker.bootstrap, prefix)
+    topic = JOBS.name(prefix)
+
+    async def scenario() -> list[bytes]:
+        producer = Producer(broker.bootstrap, delivery_timeout_s=3.0, close_timeout_s=2.0)
+        stuck = Producer(broker.bootstrap, delivery_timeout_s=60.0, close_timeout_s=2.0)
+        await producer.send_and_wait(topic, b"before", key=b"k")
+        await stuck.send_and_wait(topic, b"stuck-before", key=b"s")
+        assert producer.generation == 1
+
+        os.kill(int(broker.pid_file.read_text()), signal.SIGKILL)
+        started = time.monotonic()
+        with pytest.raises(KafkaTimeoutError):
+            await producer.send_and_wait(topic, b"during", key=b"k")
+        assert time.monotonic() - started < 3 + 3
+        left = await stuck.send(topic, b"stuck-during", key=b"s")
+        started = time.monotonic()
+        await stuck.stop()  # the record cannot be delivered: it fails after 2 s
+        assert time.monotonic() - started < 2 + 2 + 3
+        assert isinstance(left.exception(), KafkaTimeoutError)
+        with pytest.raises(KafkaError):  # no producer starts while the broker is down
+            await Producer(broker.bootstrap).send(topic, b"never", key=b"n")
+
+        await asyncio.to_thread(broker.up)
+        await producer.send_and_wait(topic, b"after", key=b"k")
+        assert producer.generation == 2  # a new producer (a new producer id)
+        pending = await producer.send(topic, b"last", key=b"k")
+        await producer.stop()  # delivers what is queued first
+        assert pending.done()
+        assert pending.exception() is None
+        return await _values(broker.bootstrap, topic, 4)
+
+    # what failed did not arrive once the broker was back
+    values = asyncio.run(scenario())
+    assert sorted(values) == [b"after", b"before", b"last", b"stuck-before"]
+
+
+async def _values(bootstrap: str, topic: str, count: int) -> list[bytes]:
+    """The first ``count`` values of ``topic``, and a second more to show there are none
+    beyond them."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest")
+    await consumer.start()
+    values: list[bytes] = []
+    try:
+        async with asyncio.timeout(30):
+            while len(values) < count:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    values += [r.value or b"" for r in records]
+        for records in (await consumer.getmany(timeout_ms=1000)).values():
+            values += [r.value or b"" for r in records]
+    finally:
+        await consumer.stop()
+    return values

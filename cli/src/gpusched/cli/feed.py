@@ -14,13 +14,12 @@ import asyncio
 import statistics
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from aiokafka import AIOKafkaProducer
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, KafkaSettings, encode
-from gpusched.contracts.settings import producer_options
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.topics import JOBS
 from gpusched.sim import SimError, load_jobs
 
@@ -55,10 +54,9 @@ async def _feed(
         quiet_h = (jobs[skip].submit_time - jobs[0].submit_time) / 3600
         typer.echo(f"skipping the trace's quiet lead-in: {skip} jobs, {quiet_h:,.0f} h")
     jobs = jobs[skip:][:limit]
-    producer = AIOKafkaProducer(**producer_options(settings))
-    await producer.start()
+    producer = Producer(settings)
     topic = JOBS.name(settings.topic_prefix)
-    sent = 0
+    queued: list[asyncio.Future[Any]] = []
     try:
         last = jobs[0].submit_time if jobs else 0.0
         for job in jobs:
@@ -77,12 +75,11 @@ async def _feed(
                     memory_mib=r.memory_mib,
                 ),
             )
-            await producer.send(topic, encode(event), key=job.job_id.encode())
-            sent += 1
-        await producer.flush()
+            queued.append(await producer.send(topic, encode(event), key=job.job_id.encode()))
+        await producer.delivered(queued)
     finally:
         await producer.stop()
-    return sent
+    return len(queued)
 
 
 def feed(

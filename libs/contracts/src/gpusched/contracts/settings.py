@@ -108,14 +108,12 @@ class KafkaSettings(BaseSettings):
 
 
 def producer_options(kafka: KafkaSettings | str) -> dict[str, Any]:
-    """The options every gpusched producer shares: its connection and writes acknowledged
+    """The options every gpusched producer shares: its connection, writes acknowledged
     by every in-sync replica (``acks=all``: with min.insync.replicas 2 on 3 brokers a
-    write survives one broker's loss). Not idempotent yet: aiokafka's idempotent producer
-    never expires a batch (a send during an outage never fails, and ``stop()`` waits for
-    it) and stops for good after ``OutOfOrderSequenceNumber`` (issue 17's note); a
-    duplicate from a retried send is collapsed downstream by event id
-    (ReplacingMergeTree, the processor's folds)."""
-    return {**client_options(kafka), "acks": "all"}
+    write survives one broker's loss) and idempotence (a batch retried after a lost
+    answer is written once, in order). Use them through ``gpusched.contracts.producer``,
+    which bounds what aiokafka's idempotent producer would wait for without end."""
+    return {**client_options(kafka), "acks": "all", "enable_idempotence": True}
 
 
 def client_options(kafka: KafkaSettings | str) -> dict[str, Any]:

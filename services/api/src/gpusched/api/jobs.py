@@ -11,18 +11,17 @@ the job id.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpusched.contracts import JobEvent, JobEventType, JobRequest, encode
-from gpusched.contracts.settings import KafkaSettings, producer_options
+from gpusched.contracts.producer import Producer
+from gpusched.contracts.settings import KafkaSettings, client_options
 from gpusched.contracts.topics import JOBS
 from gpusched.core import Params
 from gpusched.store import StoreError, StoreSettings, read_query
@@ -147,23 +146,23 @@ async def publish(
 ) -> None:
     """Publish job events and wait until the broker has them all;
     ``EventLogUnreachable`` when it does not within ``timeout_s``."""
-    options = producer_options(kafka)
-    producer = AIOKafkaProducer(**options, request_timeout_ms=int(timeout_s * 1000))
+    producer = Producer(kafka, delivery_timeout_s=timeout_s)
 
     async def send_all() -> None:
-        await producer.start()
-        for event in events:
+        sent = [
             await producer.send(JOBS.name(prefix), encode(event), key=event.job_id.encode())
-        await producer.flush()
+            for event in events
+        ]
+        await producer.delivered(sent)
 
     try:
         await asyncio.wait_for(send_all(), timeout_s)
     except (TimeoutError, KafkaError) as exc:
-        where = options["bootstrap_servers"]
+        await producer.discard("not acknowledged in time")  # so they do not arrive later
+        where = client_options(kafka)["bootstrap_servers"]
         raise EventLogUnreachable(where, kafka_failure(exc, timeout_s)) from exc
     finally:
-        with contextlib.suppress(Exception):  # stopping a producer that never started
-            await asyncio.wait_for(producer.stop(), timeout_s)
+        await producer.stop()
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,6 @@ from functools import cache
 from importlib import resources
 from typing import Annotated, Any
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.openapi.docs import get_redoc_html
@@ -58,7 +57,7 @@ from gpusched.api.settings import ApiSettings
 from gpusched.contracts import ControlParameter, ControlStatus, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import Dependency, watch_kafka
-from gpusched.contracts.settings import producer_options
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.tokens import Role, TokenFile, TokenRecord
 from gpusched.contracts.topics import CONTROL, CONTROL_STATUS, JOBS
 from gpusched.store import StoreError, StoreSettings, read_query
@@ -82,7 +81,7 @@ def _redoc_bundle() -> str:
 
 def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     prefix = settings.topic_prefix
-    kafka: dict[str, AIOKafkaProducer] = {}
+    kafka: dict[str, Producer] = {}
     catalog: dict[str, Any] = {"models": {}, "at": -1e9}
     access = Access(TokenFile(settings.api_tokens_file), settings.api_auth)
     # (defaults, not Annotated aliases: annotations are strings here, resolved in the
@@ -108,13 +107,10 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # aiokafka objects belong to the loop they are made on: uvicorn's, here.
-        # a job the API could not hand over in time expires from the producer's buffer
-        # soon after (request timeout = the bound) rather than arriving after its 503
-        producer = AIOKafkaProducer(
-            **producer_options(settings),
-            request_timeout_ms=int(settings.api_kafka_timeout_s * 1000),
-        )
-        await producer.start()
+        # a job the API could not hand over within the bound is dropped from the
+        # producer's buffer at once (delivery timeout = the bound: the producer is
+        # closed) rather than arriving after its 503; started by the first send
+        producer = Producer(settings, delivery_timeout_s=settings.api_kafka_timeout_s)
         kafka["producer"] = producer
         control, status = CONTROL.name(prefix), CONTROL_STATUS.name(prefix)
         followers = [
@@ -173,8 +169,9 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
                     )
                     for e in events
                 ]
-                await asyncio.gather(*sent)
+                await producer.delivered(sent)
         except (TimeoutError, KafkaError) as exc:
+            await producer.discard("a request's events not acknowledged within the bound")
             partly = "it may be partly published: read it back" if len(events) > 1 else None
             raise unavailable(kafka_failure(exc, bound), partly or "nothing was accepted") from exc
 
@@ -377,7 +374,7 @@ def rest_app(settings: ApiSettings, store: StoreSettings) -> FastAPI:
     async def readyz() -> JSONResponse:
         """Each dependency (the event log, the store) with its state; 503 unless all up."""
         checks: dict[str, tuple[Dependency, Awaitable[Any]]] = {
-            "kafka": (event_log, kafka["producer"].client.fetch_all_metadata()),
+            "kafka": (event_log, kafka["producer"].metadata()),
             "store": (
                 the_store,
                 asyncio.to_thread(read_query, "SELECT 1", store, _READY_TIMEOUT_S),

@@ -9,17 +9,16 @@ the front of the buffer and is retried on the next drain.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import Counter, deque
 from collections.abc import Iterable
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from gpusched.contracts import GpuTelemetrySample, HostSample, encode
 from gpusched.contracts.metrics import PRODUCED
-from gpusched.contracts.settings import KafkaSettings, producer_options
+from gpusched.contracts.producer import Producer
+from gpusched.contracts.settings import KafkaSettings
 from gpusched.contracts.topics import HOSTS, TELEMETRY
 
 __all__ = ["TelemetryPublisher"]
@@ -45,7 +44,9 @@ class TelemetryPublisher:
         self.buffer: deque[Sample] = deque()
         self.sent = 0
         self.dropped = 0
-        self._producer: AIOKafkaProducer | None = None
+        self.producer = Producer(
+            kafka, delivery_timeout_s=10.0, linger_ms=20, max_batch_size=1 << 20
+        )
         self._failing = False
 
     def offer(self, samples: Iterable[Sample]) -> None:
@@ -66,12 +67,11 @@ class TelemetryPublisher:
     async def drain(self) -> bool:
         """Send everything buffered; False if the broker could not be reached (kept buffered)."""
         try:
-            producer = await self._connected()
             while self.buffer:
                 count = min(self.batch_size, len(self.buffer))
                 batch = [self.buffer.popleft() for _ in range(count)]
                 try:
-                    await self._send(producer, batch)
+                    await self._send(batch)
                 except BaseException:
                     self.buffer.extendleft(reversed(batch))
                     raise
@@ -84,51 +84,27 @@ class TelemetryPublisher:
                     self.capacity,
                 )
             self._failing = True
-            await self._reset()
+            await self.producer.discard(f"telemetry not sent: {exc.__class__.__name__}")
             return False
         if self._failing:
             log.info("the broker takes telemetry again: %d samples sent so far", self.sent)
             self._failing = False
         return True
 
-    async def _send(self, producer: AIOKafkaProducer, batch: list[Sample]) -> None:
+    async def _send(self, batch: list[Sample]) -> None:
         futures = []
         sent: Counter[str] = Counter()
         for s in batch:
             topic = self.topics[type(s)]
             key = str(getattr(s, topic.key_field)).encode()
-            futures.append(await producer.send(topic.name(self.prefix), encode(s), key=key))
+            futures.append(await self.producer.send(topic.name(self.prefix), encode(s), key=key))
             sent[topic.base] += 1
-        await asyncio.gather(*futures)
+        await self.producer.delivered(futures)
         for topic in self.topics.values():
             PRODUCED.labels(topic=topic.base).inc(sent[topic.base])
 
-    async def _connected(self) -> AIOKafkaProducer:
-        if self._producer is None:
-            producer = AIOKafkaProducer(
-                **producer_options(self.kafka),
-                linger_ms=20,
-                max_batch_size=1 << 20,
-                request_timeout_ms=10_000,
-            )
-            try:
-                await producer.start()
-            except BaseException:
-                await producer.stop()
-                raise
-            self._producer = producer
-        return self._producer
-
-    async def _reset(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            try:
-                await producer.stop()
-            except (KafkaError, OSError):
-                log.debug("producer stop failed after an outage", exc_info=True)
-
     async def close(self) -> None:
-        await self._reset()
+        await self.producer.stop()
 
     def __len__(self) -> int:
         return len(self.buffer)

@@ -24,8 +24,6 @@ import contextlib
 import logging
 import time
 
-from aiokafka import AIOKafkaProducer
-
 from gpusched.contracts import (
     ControlParameter,
     DemandForecast,
@@ -35,7 +33,7 @@ from gpusched.contracts import (
 )
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import service_health
-from gpusched.contracts.settings import producer_options
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.topics import CONTROL, FORECASTS, JOBS, PRIORITIES, VIEW
 from gpusched.dispatcher.backend import Backend
 from gpusched.dispatcher.cycle import run_cycle
@@ -66,7 +64,7 @@ async def _run_dispatcher(
 
         backend = await make_backend(settings)
     kafka, prefix = settings, settings.topic_prefix
-    producer = AIOKafkaProducer(**producer_options(kafka), linger_ms=2)
+    producer = Producer(kafka, linger_ms=2)
     await producer.start()
     tasks: list[asyncio.Task[None]] = []
     try:

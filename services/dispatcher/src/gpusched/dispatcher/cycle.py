@@ -3,7 +3,6 @@ each through the backend; a decision the backend refuses is reverted in the sche
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -39,7 +38,7 @@ async def run_cycle(d: Dispatcher) -> int:
         )
         for decision, decision_id in numbered
     ]
-    await asyncio.gather(*sent)
+    await d.producer.delivered(sent)
     PRODUCED.labels(topic=PLACEMENTS.base).inc(len(numbered))
     for decision, decision_id in numbered:
         await _apply(d, decision, decision_id, now)

@@ -16,8 +16,6 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaProducer
-
 from gpusched.contracts import (
     ControlParameter,
     ControlStatus,
@@ -29,6 +27,7 @@ from gpusched.contracts import (
 )
 from gpusched.contracts.control import HEARTBEAT_S, ControlRevision
 from gpusched.contracts.convert import job_request, submitted_job
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.topics import CONTROL_STATUS, JOBS
 from gpusched.core import CoreError, InvalidDecision, JobState, PowerState, Scheduler, held_on
 from gpusched.dispatcher.backend import (
@@ -60,7 +59,7 @@ class Dispatcher:
 
     settings: DispatcherSettings
     backend: Backend
-    producer: AIOKafkaProducer
+    producer: Producer
     scheduler: Scheduler
     epoch: int
     log_id: str

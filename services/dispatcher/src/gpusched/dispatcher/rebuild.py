@@ -12,10 +12,9 @@ import asyncio
 import logging
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
 from gpusched.contracts import JobEvent, PlacementDecision
 from gpusched.contracts.follow import follow_topic
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.settings import KafkaSettings
 from gpusched.contracts.topics import JOBS, PLACEMENTS
 from gpusched.core import (
@@ -48,9 +47,7 @@ async def _read_all(kafka: KafkaSettings, topic: str, model: type[Any], into: li
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def rebuild(
-    settings: DispatcherSettings, backend: Backend, producer: AIOKafkaProducer
-) -> Dispatcher:
+async def rebuild(settings: DispatcherSettings, backend: Backend, producer: Producer) -> Dispatcher:
     """The scheduler as of now: nodes from the backend, jobs from the topic's record."""
     prefix = settings.topic_prefix
     nodes = await backend.nodes()

@@ -18,13 +18,11 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
 from gpusched.contracts import DemandForecast, ForecastPoint, JobEvent, JobEventType, encode
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.health import service_health
 from gpusched.contracts.metrics import FORECAST_FIT_SECONDS, PRODUCED
-from gpusched.contracts.settings import producer_options
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.topics import FORECASTS, JOBS
 from gpusched.forecaster.fitting import FitTask, fit_many
 from gpusched.forecaster.models import Calibrator, Forecast, local_scale
@@ -199,7 +197,7 @@ async def _run_forecaster(
     follower = asyncio.create_task(
         follow_topic(settings, JOBS.name(prefix), JobEvent, folder.apply, caught_up)
     )
-    producer = AIOKafkaProducer(**producer_options(settings))
+    producer = Producer(settings)
     refitter = Refitter(settings)
     published = 0
     done = 0
@@ -211,11 +209,13 @@ async def _run_forecaster(
                 started = time.monotonic()
                 snapshot = refitter.snapshot(folder.builder, time.time())
                 messages = await asyncio.to_thread(refitter.fit, snapshot)
-                for message in messages:
+                sent = [
                     await producer.send(
                         FORECASTS.name(prefix), encode(message), key=message.series.encode()
                     )
-                await producer.flush()
+                    for message in messages
+                ]
+                await producer.delivered(sent)
                 FORECAST_FIT_SECONDS.observe(time.monotonic() - started)
                 PRODUCED.labels(topic=FORECASTS.base).inc(len(messages))
                 published += len(messages)

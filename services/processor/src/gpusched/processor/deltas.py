@@ -7,10 +7,10 @@ import asyncio
 from collections.abc import Iterable
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer
 
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.provision import ensure_internal_topic
-from gpusched.contracts.settings import producer_options
 from gpusched.contracts.topics import JOBS
 from gpusched.processor.records import Delta
 from gpusched.processor.settings import ProcessorSettings
@@ -47,7 +47,8 @@ class DeltaProducer:
 
     def __init__(self, settings: ProcessorSettings, topic: str) -> None:
         self.settings, self.topic = settings, topic
-        self._producer: AIOKafkaProducer | None = None
+        self.producer = Producer(settings, linger_ms=5, max_batch_size=1 << 20)
+        self._topic_ready = False
         self._lock = asyncio.Lock()
 
     async def ready(self) -> None:
@@ -55,25 +56,20 @@ class DeltaProducer:
         has started."""
         await self._started()
 
-    async def _started(self) -> AIOKafkaProducer:
-        if self._producer is not None:  # on every send: no lock once started
-            return self._producer
-        async with self._lock:
-            if self._producer is None:
-                await ensure_internal_topic(self.settings, self.topic, like=JOBS)
-                producer = AIOKafkaProducer(
-                    **producer_options(self.settings), linger_ms=5, max_batch_size=1 << 20
-                )
-                await producer.start()
-                self._producer = producer
-            return self._producer
+    async def _started(self) -> Producer:
+        if not self._topic_ready:  # on every send: no lock once the topic is there
+            async with self._lock:
+                if not self._topic_ready:
+                    await ensure_internal_topic(self.settings, self.topic, like=JOBS)
+                    self._topic_ready = True
+        await self.producer.start()
+        return self.producer
 
     async def send(self, delta: Delta) -> asyncio.Future[Any]:
         """Queue ``delta``; the future resolves when the broker has acknowledged it."""
         producer = await self._started()
         value = delta.model_dump_json().encode()
-        sent: asyncio.Future[Any] = await producer.send(self.topic, value, key=delta.key())
-        return sent
+        return await producer.send(self.topic, value, key=delta.key())
 
     async def send_all(self, deltas: Iterable[Delta], merged_by: bytes | None = None) -> None:
         """Queue ``deltas`` in record batches of as many as fit (the merge topic has one
@@ -82,13 +78,13 @@ class DeltaProducer:
         session that has folded them in already (a header the merger skips them by)."""
         producer = await self._started()
         headers = [(MERGED_BY, merged_by)] if merged_by else []
-        batch = producer.create_batch()
+        batch = await producer.create_batch()
         for delta in deltas:
             key, value = delta.key(), delta.model_dump_json().encode()
             if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
                 if batch.record_count():  # full
                     await producer.send_batch(batch, self.topic, partition=0)
-                    batch = producer.create_batch()
+                    batch = await producer.create_batch()
                 if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
                     await producer.send(self.topic, value, key=key)  # says it is too large
         if batch.record_count():
@@ -110,5 +106,4 @@ class DeltaProducer:
 
     async def stop(self, *_: Any, **__: Any) -> None:
         """Flush and close (connected to the Faust app's ``on_before_shutdown``)."""
-        if self._producer is not None:
-            await self._producer.stop()
+        await self.producer.stop()

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel
@@ -41,7 +41,7 @@ from gpusched.contracts.metrics import (
     INSERT_ROWS,
     INSERT_SECONDS,
 )
-from gpusched.contracts.settings import producer_options
+from gpusched.contracts.producer import Producer
 from gpusched.contracts.topics import TOPICS, topic_for
 from gpusched.sink.settings import SinkSettings
 from gpusched.store import OffsetRange, Store, batch_token
@@ -130,11 +130,10 @@ class Sink:
             session_timeout_ms=6_000,
             heartbeat_interval_ms=2_000,
         )
-        producer = AIOKafkaProducer(**producer_options(s))
+        producer = Producer(s)  # dead letters
         joined = _OnAssign()
         consumer.subscribe([t.name(self.prefix) for t in TOPICS], listener=joined)
         await consumer.start()
-        await producer.start()
         try:
             while not stop.is_set():
                 if joined.assigned is not None:
@@ -211,7 +210,7 @@ class Sink:
         consumer.resume(*assigned)
         return batch
 
-    async def _write(self, batch: Sequence[ConsumerRecord], producer: AIOKafkaProducer) -> None:
+    async def _write(self, batch: Sequence[ConsumerRecord], producer: Producer) -> None:
         events: list[BaseModel] = []
         dead: list[tuple[str, DeadLetter]] = []
         BATCH_EVENTS.labels(consumer="sink").observe(len(batch))
@@ -231,7 +230,7 @@ class Sink:
                 await producer.send(name, letter.model_dump_json().encode())
                 for name, letter in dead
             ]
-            await asyncio.gather(*sent)
+            await producer.delivered(sent)
             for name, _ in dead:
                 DEAD_LETTERED.labels(topic=name.removeprefix(self.prefix)).inc()
             self.stats.dead_lettered += len(dead)
