@@ -330,3 +330,23 @@ def test_a_restored_scheduler_guards_as_a_live_one_would() -> None:
     assert sched.policy.guarded == {"late"}
     assert sched.policy.components(late, 5050.0)["guard"] < 0
     assert sched.policy.components(fresh, 5050.0)["guard"] == 0
+
+
+def test_dynamic_key_is_the_sum_of_its_components() -> None:
+    """``key`` skips building the components (it runs for every pending job at every
+    refresh) but orders as their sum does; a guarded job's is its class term alone."""
+    ended = [RecordedJob(done, ended_at=110.0) for done in _waited_100_s()]
+    late, fresh, gang = job("late", 1, 0), job("fresh", 1, 5000), job("gang", 4, 5001)
+    sched, _ = Scheduler.restore(
+        [node("a", 1)],
+        make_policy("dynamic"),
+        make_placement("bestfit"),
+        Params(dynamic_energy_aware=False),
+        [*ended, RecordedJob(late), RecordedJob(fresh), RecordedJob(gang)],
+        5050.0,
+    )
+    for j in (late, fresh, gang):
+        score, submitted = sched.policy.key(j, 5050.0)
+        assert score == pytest.approx(sum(sched.policy.components(j, 5050.0).values()), abs=1e-9)
+        assert submitted == j.submit_time
+    assert sched.policy.key(late, 5050.0)[0] == sched.policy.components(late, 5050.0)["qos"]

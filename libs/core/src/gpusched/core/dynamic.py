@@ -115,9 +115,7 @@ class Dynamic(Policy):
             held += gpus
 
     def components(self, job: Job, now: float) -> dict[str, float]:
-        gpus = max(job.request.num_gpu, 0.05)
-        rank = math.log(max(self.s.predictor.rank_time(job, now) * gpus, 1.0))
-        fair = self._fair_term(job.tenant)
+        rank, fair = self._log_rank(job, now), self._fair_term(job.tenant)
         return {
             "log_rank_gpu_s": rank,
             "qos": self._qos_term(job.qos),
@@ -126,8 +124,17 @@ class Dynamic(Policy):
             "guard": -(rank + fair) if job.job_id in self.guarded else 0.0,
         }
 
+    def _log_rank(self, job: Job, now: float) -> float:
+        gpus = max(job.request.num_gpu, 0.05)
+        return math.log(max(self.s.predictor.rank_time(job, now) * gpus, 1.0))
+
     def key(self, job: Job, ref_time: float) -> Key:
-        return (sum(self.components(job, ref_time).values()), job.submit_time)
+        # the sum of ``components``, without building them (every pending job's key is
+        # computed at every refresh)
+        qos = self._qos_term(job.qos)
+        if job.job_id in self.guarded:
+            return (qos, job.submit_time)
+        return (self._log_rank(job, ref_time) + qos + self._fair_term(job.tenant), job.submit_time)
 
     def running_key(self, job: Job, now: float) -> Key:
         return self.key(job, now)
@@ -157,6 +164,10 @@ class Dynamic(Policy):
         # preempt as before (their waits are a target against tiresias-qos, which never
         # parks).
         return job.qos not in self.p.dynamic_headroom_classes
+
+    def reserve_depth(self) -> int:
+        # with no reservation ever (inf), a cycle need not scan on for one
+        return 0 if math.isinf(self.p.dynamic_reserve_after_s) else super().reserve_depth()
 
     def may_reserve(self, job: Job, now: float) -> bool:
         # Only a starving job: reservations hold GPUs idle, aging and preemption serve
