@@ -1,0 +1,95 @@
+"""``contracts.producer.Producer``'s recovery paths, on a stand-in for aiokafka's producer:
+a real broker cannot be made to answer ``OutOfOrderSequenceNumber`` on demand, or to
+leave one record unacknowledged while it takes others. The broker outage itself, on a
+real broker, is tests/integration/test_outage.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka.errors import KafkaTimeoutError, OutOfOrderSequenceNumber
+
+from gpusched.contracts import producer as module
+from gpusched.contracts.producer import Producer
+
+
+class _Accumulator:
+    def __init__(self) -> None:
+        self.pending: list[asyncio.Future[Any]] = []
+
+    def fail_all(self, error: Exception) -> None:
+        for future in self.pending:
+            if not future.done():
+                future.set_exception(error)
+
+
+class _StandIn:
+    """What Producer uses of AIOKafkaProducer. ``script`` says per producer made what
+    its sends do: "ok" (acknowledged), "fatal" (the sender has died), "hang" (never
+    acknowledged)."""
+
+    script: list[str] = []
+    made: list[_StandIn] = []
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.mode = self.script[len(self.made)]
+        self.sent: list[bytes | None] = []
+        self.stopped = False
+        self._message_accumulator = _Accumulator()
+        self.made.append(self)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def send(self, topic: str, value: bytes | None, **_: Any) -> asyncio.Future[Any]:
+        if self.mode == "fatal":
+            raise OutOfOrderSequenceNumber()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._message_accumulator.pending.append(future)
+        self.sent.append(value)
+        if self.mode == "ok":
+            future.set_result(topic)
+        return future
+
+
+@pytest.fixture
+def stand_in(monkeypatch: pytest.MonkeyPatch) -> type[_StandIn]:
+    monkeypatch.setattr(_StandIn, "made", [])
+    monkeypatch.setattr(module, "AIOKafkaProducer", _StandIn)
+    return _StandIn
+
+
+async def test_a_dead_sender_is_replaced_and_the_record_sent_by_the_next(
+    stand_in: type[_StandIn],
+) -> None:
+    stand_in.script = ["fatal", "ok"]
+    producer = Producer("127.0.0.1:1")
+    await producer.send_and_wait("t", b"x")
+    first, second = stand_in.made
+    assert first.stopped
+    assert (first.sent, second.sent) == ([], [b"x"])
+    assert producer.generation == 2
+    assert second.options["enable_idempotence"] is True
+    assert second.options["acks"] == "all"
+
+
+async def test_an_unacknowledged_record_fails_after_the_timeout_and_is_dropped(
+    stand_in: type[_StandIn],
+) -> None:
+    stand_in.script = ["hang", "ok"]
+    producer = Producer("127.0.0.1:1", delivery_timeout_s=0.05)
+    late = await producer.send("t", b"late")
+    with pytest.raises(KafkaTimeoutError, match=r"not acknowledged within 0\.05 s"):
+        await producer.delivered([late])
+    assert stand_in.made[0].stopped  # closed at once: what it holds is not sent later
+    assert isinstance(late.exception(), KafkaTimeoutError)
+    await producer.send_and_wait("t", b"next")
+    assert producer.generation == 2
+    await producer.stop()
+    assert stand_in.made[1].stopped
