@@ -18,6 +18,8 @@ from gpusched.contracts.producer import Producer
 class _Accumulator:
     def __init__(self) -> None:
         self.pending: list[asyncio.Future[Any]] = []
+        self._batches: dict[str, list[Any]] = {}
+        self._pending_batches: set[Any] = set()
 
     def fail_all(self, error: Exception) -> None:
         for future in self.pending:
@@ -93,3 +95,32 @@ async def test_an_unacknowledged_record_fails_after_the_timeout_and_is_dropped(
     assert producer.generation == 2
     await producer.stop()
     assert stand_in.made[1].stopped
+
+
+async def test_failing_a_batch_put_back_after_a_retry_logs_nothing() -> None:
+    """aiokafka's own accumulator (no broker: the calls its sender makes). A batch sent,
+    then put back after a retriable error, is queued again but no longer pending; failing
+    it without care runs a callback that raises KeyError (logged by asyncio)."""
+    from aiokafka.producer.message_accumulator import MessageAccumulator
+    from aiokafka.structs import TopicPartition
+
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        accumulator = MessageAccumulator(None, 16384, 0, 30)
+        tp = TopicPartition("t", 0)
+        record = await accumulator.add_message(tp, b"k", b"v", timeout=1)
+        batch = accumulator._pop_batch(tp)  # sent
+        accumulator.reenqueue(batch)  # a retriable error: queued again
+
+        class _Holder:
+            _message_accumulator = accumulator
+
+        module._fail_pending(_Holder(), KafkaTimeoutError("closed"))
+        await asyncio.sleep(0)  # the batch's callbacks run
+        await asyncio.sleep(0)
+        assert isinstance(record.exception(), KafkaTimeoutError)
+        assert errors == []
+    finally:
+        loop.set_exception_handler(None)

@@ -195,8 +195,17 @@ class Producer:
 def _fail_pending(producer: AIOKafkaProducer, error: KafkaTimeoutError) -> None:
     """Fail every batch ``producer`` holds, queued or in flight, as the Java client's
     ``close(timeout)`` does: aiokafka has no public way (aio-libs/aiokafka#1101), so its
-    accumulator's own ``fail_all`` (what its sender calls when it dies) is used."""
-    producer._message_accumulator.fail_all(error)
+    accumulator's own ``fail_all`` (what its sender calls when it dies) is used.
+
+    A batch the sender put back after a retriable error is queued again but no longer
+    pending, and failing it runs its callback that removes it from the pending set: a
+    ``KeyError`` logged once per batch (by aiokafka's own ``fail_all`` too). Such batches
+    are marked pending again first; the producer is being closed, so nothing else reads
+    the set."""
+    accumulator = producer._message_accumulator
+    for batches in accumulator._batches.values():
+        accumulator._pending_batches.update(b for b in batches if b.retry_count > 0)
+    accumulator.fail_all(error)
 
 
 async def _close(producer: AIOKafkaProducer, timeout_s: float) -> None:
