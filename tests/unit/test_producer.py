@@ -124,3 +124,25 @@ async def test_failing_a_batch_put_back_after_a_retry_logs_nothing() -> None:
         assert errors == []
     finally:
         loop.set_exception_handler(None)
+
+
+async def test_a_request_that_fails_after_the_producer_was_failed_puts_nothing_back() -> None:
+    """aiokafka's own accumulator again: a batch in flight when the producer is failed,
+    whose request then ends in a retriable error, is not queued again (the sender would
+    raise KeyError putting it back, and end with an error)."""
+    from aiokafka.producer.message_accumulator import MessageAccumulator
+    from aiokafka.structs import TopicPartition
+
+    accumulator = MessageAccumulator(None, 16384, 0, 30)
+    tp = TopicPartition("t", 0)
+    record = await accumulator.add_message(tp, b"k", b"v", timeout=1)
+    batch = accumulator._pop_batch(tp)  # in flight
+
+    class _Holder:
+        _message_accumulator = accumulator
+
+    module._fail_pending(_Holder(), KafkaTimeoutError("closed"))
+    await asyncio.sleep(0)  # the batch's callbacks run
+    accumulator.reenqueue(batch)  # what the sender does after a retriable error
+    assert isinstance(record.exception(), KafkaTimeoutError)
+    assert not accumulator._batches

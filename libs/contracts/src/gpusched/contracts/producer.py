@@ -201,11 +201,18 @@ def _fail_pending(producer: AIOKafkaProducer, error: KafkaTimeoutError) -> None:
     pending, and failing it runs its callback that removes it from the pending set: a
     ``KeyError`` logged once per batch (by aiokafka's own ``fail_all`` too). Such batches
     are marked pending again first; the producer is being closed, so nothing else reads
-    the set."""
+    the set.
+
+    A request still in flight may end later in a retriable error, and the sender would
+    then put its batch (failed, no longer pending) back: a ``KeyError`` that ends the
+    sender with an error, whose own callback then fails too (``AttributeError`` from the
+    idempotent producer's transaction manager). So the closing producer puts nothing
+    back: nothing is sent again."""
     accumulator = producer._message_accumulator
     for batches in accumulator._batches.values():
         accumulator._pending_batches.update(b for b in batches if b.retry_count > 0)
     accumulator.fail_all(error)
+    accumulator.reenqueue = lambda batch: None
 
 
 async def _close(producer: AIOKafkaProducer, timeout_s: float) -> None:
