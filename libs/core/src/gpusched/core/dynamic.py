@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpusched.core.model import Decision, Job, ParkNode, PowerState, WakeNode
 from gpusched.core.policy import Key, Policy
@@ -12,6 +12,8 @@ from gpusched.core.powersave import next_idle_deadline, wake_for_waiting
 from gpusched.core.runtime import SortedWindow
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from gpusched.core.scheduler import Scheduler
 
 __all__ = ["Dynamic"]
@@ -146,10 +148,25 @@ class Dynamic(Policy):
         if victim.job_id in self.guarded or victim.running_for(now) < p.preemption_cost_s:
             return None
         cost = p.preemption_cost_s * max(victim.request.num_gpu, 0.05)
-        return self.running_key(victim, now)[0], p.dynamic_preempt_margin, cost
+        # running_key's first term, as key sums it (the victim is not guarded)
+        qos = self._qos_term(victim.qos)
+        rank = self._log_rank(victim, now) + qos + self._fair_term(victim.tenant)
+        return rank, p.dynamic_preempt_margin, cost
 
     def victim_order(self, victim: Job, facts: tuple[float, float, float], now: float) -> Key:
         return facts[:1]  # the highest rank first
+
+    def victims(self, running: Iterable[Job], now: float) -> list[tuple[Job, Any]]:
+        # as Policy.victims (every running job, every cycle), ordered by victim_order
+        eligible = [(v, f) for v in running if (f := self.victim_facts(v, now)) is not None]
+        eligible.sort(key=lambda vf: vf[1][0], reverse=True)
+        return eligible
+
+    def preemptable(self, victims: list[tuple[Job, Any]], context: float) -> list[Job]:
+        # may_preempt for each victim, with the blocked job's term computed once
+        exp = math.exp
+        blocked = exp(context)
+        return [v for v, (rank, bar, cost) in victims if exp(rank) > bar * blocked + cost]
 
     def preempt_context(self, job: Job, now: float) -> float:
         return float(self.s.queue.key_of(job.job_id)[0])

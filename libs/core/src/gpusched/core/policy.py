@@ -3,7 +3,7 @@ reservations, timers, power); the base is FIFO-like."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from gpusched.core.model import Decision, Job
@@ -70,6 +70,18 @@ class Policy:
     def victim_order(self, victim: Job, facts: Any, now: float) -> Key:
         """Victims are released largest key first (by default: lowest priority first)."""
         return self.running_key(victim, now)
+
+    def victims(self, running: Iterable[Job], now: float) -> list[tuple[Job, Any]]:
+        """The preemptable running jobs with their facts, in ``victim_order`` (largest
+        first); a cycle asks once."""
+        facts = [(v, self.victim_facts(v, now)) for v in running]
+        eligible = [(v, f) for v, f in facts if f is not None]
+        eligible.sort(key=lambda vf: self.victim_order(vf[0], vf[1], now), reverse=True)
+        return eligible
+
+    def preemptable(self, victims: list[tuple[Job, Any]], context: Any) -> list[Job]:
+        """Those of ``victims`` that a blocked job of ``context`` may preempt, in order."""
+        return [v for v, f in victims if self.may_preempt(f, context)]
 
     def finished(self, job: Job, now: float) -> None:
         """``job`` ended at ``now`` (after the scheduler's own bookkeeping)."""

@@ -100,6 +100,9 @@ class Scheduler:
         self.idle_since: dict[str, float] = {nid: 0.0 for nid in self.state.nodes}
         self.reservations: dict[str, Reservation] = {}  # job id -> its reservation
         self._victims: list[tuple[Job, object]] | None = None
+        # one Request object per distinct request: a cycle's memo of requests that did
+        # not fit then compares them by identity (every pending job, every cycle)
+        self._requests: dict[Request, Request] = {}
         # per cycle: (tenant, GPUs, run so far) -> predicted end of a pending job started now
         self._ends: dict[tuple[str, float, float], float] = {}
         self.planner = ReservationPlanner(self.state, self.predictor)
@@ -150,6 +153,7 @@ class Scheduler:
         if job.job_id in self.jobs:
             raise InvalidDecision(f"job {job.job_id} was already submitted")
         job.state, job.pending_since = JobState.PENDING, now
+        job.request = self._requests.setdefault(job.request, job.request)
         self.jobs[job.job_id] = job
         self.fairshare.see(job.tenant)
         self.placement.observe(job.request)
@@ -295,19 +299,26 @@ class Scheduler:
         held: list[_Held] = []
         depth = policy.reserve_depth()
         scanned = 0
+        jobs, max_scan = self.jobs, params.max_scan
+
+        def spent() -> bool:  # no preemption try and no reservation left
+            tries_left = policy.preemptive and preempt_tries < params.preempt_tries
+            return not tries_left and len(self.reservations) >= depth
+
+        ends_when_full = spent()  # then a full cluster ends the walk (tried when blocked)
         for job_id in self.queue.walk():
-            job = self.jobs[job_id]
+            job = jobs[job_id]
             if blocked:
                 scanned += 1
-                if scanned > params.max_scan:
+                if scanned > max_scan:
                     break  # like Slurm's bf_max_job_test
-                no_room = job.request.num_gpu > 0 and not state.has_free_gpu()
-                tries_left = policy.preemptive and preempt_tries < params.preempt_tries
-                reserves_left = len(self.reservations) < depth
-                if no_room and not tries_left and not reserves_left:
+                if ends_when_full and job.request.num_gpu > 0 and not state.has_free_gpu():
                     break
-            usable = self._usable(job, now, held) if held else []
-            memo = (job.request, tuple(h.node_id for h in usable))
+            if held:
+                usable = self._usable(job, now, held)
+                memo = (job.request, tuple(h.node_id for h in usable))
+            else:
+                usable, memo = [], (job.request, ())
             if memo in failed:
                 continue
             if usable:
@@ -332,6 +343,7 @@ class Scheduler:
             )
             if context is not None:
                 preempt_tries += 1
+                ends_when_full = spent()
                 if self._try_preempt(job, context, now, decisions):
                     failed.clear()
                     continue
@@ -345,6 +357,7 @@ class Scheduler:
                     )
                     state.hide(res.node_ids)
                     failed = {(r, k) for r, k in failed if not k}  # the usable sets moved
+                    ends_when_full = spent()
         self.planner.remember(self.reservations)
         state.unhide(h.node_id for h in held)
 
@@ -431,12 +444,9 @@ class Scheduler:
     ) -> bool:
         """Remove lower-priority victims until ``job`` fits, keep those it did not need."""
         policy = self.policy
-        if self._victims is None:  # preemptable jobs, lowest priority first; once per cycle
-            facts = [(v, policy.victim_facts(v, now)) for v in self.running.values()]
-            eligible = [(v, f) for v, f in facts if f is not None]
-            eligible.sort(key=lambda vf: policy.victim_order(vf[0], vf[1], now), reverse=True)
-            self._victims = eligible
-        victims = [v for v, f in self._victims if policy.may_preempt(f, context)]
+        if self._victims is None:  # once per cycle
+            self._victims = policy.victims(self.running.values(), now)
+        victims = policy.preemptable(self._victims, context)
         if not victims:
             return False
         state = self.state
