@@ -270,14 +270,12 @@ class Calibrator:
         for i in range(len(forecast.yhat)):
             # Errors change slowly with the lead: pool the neighbouring leads for more of them.
             spread = max(1, i // 4)
-            errors = [
-                e
-                for lead in range(max(i - spread, 0), i + spread + 1)
-                for e in self._errors.get((forecast.model, lead), ())
-            ]
+            leads = range(max(i - spread, 0), i + spread + 1)
+            errors = [e for lead in leads for e in self._errors.get((forecast.model, lead), ())]
             if len(errors) >= self.min_errors:
-                lower[i] = forecast.yhat[i] + np.quantile(errors, lo_q) * scale
-                upper[i] = forecast.yhat[i] + np.quantile(errors, hi_q) * scale
+                lo, hi = np.quantile(errors, (lo_q, hi_q))  # one sort for both
+                lower[i] = forecast.yhat[i] + lo * scale
+                upper[i] = forecast.yhat[i] + hi * scale
                 calibrated += 1
         self._pending.append((forecast, scale, 0))
         if not calibrated:
