@@ -144,23 +144,28 @@ class Dynamic(Policy):
     def victim_facts(self, victim: Job, now: float) -> tuple[float, float, float] | None:
         """(log rank, the bar its rank must clear as a factor, restart cost in GPU-s), or
         None while the victim is guarded or has not yet run for its restart cost."""
-        p = self.p
-        if victim.job_id in self.guarded or victim.running_for(now) < p.preemption_cost_s:
-            return None
-        cost = p.preemption_cost_s * max(victim.request.num_gpu, 0.05)
-        # running_key's first term, as key sums it (the victim is not guarded)
-        qos = self._qos_term(victim.qos)
-        rank = self._log_rank(victim, now) + qos + self._fair_term(victim.tenant)
-        return rank, p.dynamic_preempt_margin, cost
+        found = self.victims((victim,), now)
+        return found[0][1] if found else None
 
     def victim_order(self, victim: Job, facts: tuple[float, float, float], now: float) -> Key:
         return facts[:1]  # the highest rank first
 
     def victims(self, running: Iterable[Job], now: float) -> list[tuple[Job, Any]]:
-        # as Policy.victims (every running job, every cycle), ordered by victim_order
-        eligible = [(v, f) for v in running if (f := self.victim_facts(v, now)) is not None]
-        eligible.sort(key=lambda vf: vf[1][0], reverse=True)
-        return eligible
+        # Policy.victims for every running job at once (every cycle): each victim's
+        # facts, highest rank (victim_order) first
+        p, guarded = self.p, self.guarded
+        cost_s = p.preemption_cost_s
+        eligible = [v for v in running if v.job_id not in guarded and v.running_for(now) >= cost_s]
+        times = self.s.predictor.rank_times(eligible, now)
+        found = []
+        for victim, time in zip(eligible, times, strict=True):
+            gpus = max(victim.request.num_gpu, 0.05)
+            # running_key's first term, as key sums it (the victim is not guarded)
+            qos = self._qos_term(victim.qos)
+            rank = math.log(max(time * gpus, 1.0)) + qos + self._fair_term(victim.tenant)
+            found.append((victim, (rank, p.dynamic_preempt_margin, cost_s * gpus)))
+        found.sort(key=lambda vf: vf[1][0], reverse=True)
+        return found
 
     def preemptable(self, victims: list[tuple[Job, Any]], context: float) -> list[Job]:
         # may_preempt for each victim, with the blocked job's term computed once
