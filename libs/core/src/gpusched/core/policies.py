@@ -117,6 +117,9 @@ class Tiresias(Policy):
         queue: int = self.running_key(victim, now)[0]
         return queue
 
+    def victim_order(self, victim: Job, facts: Any, now: float) -> Key:
+        return (facts, victim.submit_time)  # running_key, from the facts it was cut to
+
     def preempt_context(self, job: Job, now: float) -> Any:
         queue: int = self.s.queue.key_of(job.job_id)[0]
         return queue if queue < len(self.p.tiresias_thresholds_gpu_s) else None
@@ -156,10 +159,14 @@ class TiresiasQos(Tiresias):
             return None
         return self.running_key(victim, now)[:2]  # (class rank, queue)
 
+    def victim_order(self, victim: Job, facts: Any, now: float) -> Key:
+        return (*facts, victim.submit_time)
+
     def preempt_context(self, job: Job, now: float) -> Any:
         rank, queue = self.s.queue.key_of(job.job_id)[:2]
+        running_classes = {r.qos for r in self.s.running.values()}
         if queue == len(self.p.tiresias_thresholds_gpu_s) and not any(
-            self.p.qos_rank(r.qos) > rank for r in self.s.running.values()
+            self.p.qos_rank(qos) > rank for qos in running_classes
         ):
             return None  # the last queue of the lowest class running: nothing to preempt
         return (rank, queue)
