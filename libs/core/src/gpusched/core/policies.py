@@ -15,6 +15,8 @@ from gpusched.core.policy import Key, Oracle, Policy
 from gpusched.core.powersave import SuspendIdle
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from gpusched.core.scheduler import Scheduler
 
 __all__ = [
@@ -198,6 +200,13 @@ class SrptOracle(Policy):
 
     def victim_facts(self, victim: Job, now: float) -> float:
         return self._remaining(victim, now) - self.p.preemption_cost_s * victim.request.num_gpu
+
+    def victims(self, running: Iterable[Job], now: float) -> list[tuple[Job, Any]]:
+        # Policy.victims with each remaining time computed once: it is the order too
+        cost_s = self.p.preemption_cost_s
+        found = [(self._remaining(v, now), v) for v in running]
+        found.sort(key=lambda rv: rv[0], reverse=True)
+        return [(v, remaining - cost_s * v.request.num_gpu) for remaining, v in found]
 
     def preempt_context(self, job: Job, now: float) -> float:
         return self._remaining(job, now)
