@@ -195,9 +195,9 @@ class Params:
         unit="jobs",
     )
     dynamic_guard_gpu_frac: float = _p(
-        0.0625,
+        0.25,
         "tail guard: guarded jobs hold at most this fraction of the cluster's GPUs (at "
-        "least one job is guarded)",
+        "least one job is guarded); the tune set's choice among 1/16, 1/8 and 1/4",
         lo=0.0,
         hi=1.0,
     )
