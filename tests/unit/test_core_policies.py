@@ -20,6 +20,7 @@ from gpusched.core import (
     make_placement,
     make_policy,
 )
+from gpusched.core.policy import Policy
 from tests.core_builders import job, node
 
 
@@ -234,6 +235,26 @@ def test_dynamic_preempts_only_when_it_pays() -> None:
     sched2.cycle(0)
     sched2.submit(job("runner", 1, 50), 50)
     assert sched2.cycle(300).decisions == []
+
+
+@pytest.mark.parametrize("name", ["tiresias", "tiresias-qos", "srpt-oracle", "dynamic"])
+def test_a_policys_victim_list_is_the_generic_one(name: str) -> None:
+    """A policy may list its victims in one pass (it is asked every cycle); the list must
+    be what ``victim_facts`` and ``victim_order`` define: the same jobs, facts and order."""
+    params = Params(dynamic_energy_aware=False, tiresias_thresholds_gpu_s=(3600.0,))
+    durations = {f"r{i}": 1000.0 * (i + 1) for i in range(8)}
+    policy = make_policy(name, oracle=durations.__getitem__)
+    sched = Scheduler([node("a", 4), node("b", 4)], policy, make_placement("bestfit"), params)
+    _learned(sched)
+    for i, job_id in enumerate(durations):
+        qos = "high" if i % 3 == 0 else "normal"
+        sched.submit(job(job_id, 1 + i % 2, i * 50, qos=qos), i * 50)
+        sched.cycle(i * 50)
+    assert len(sched.running) >= 5
+    for now in (400.0, 2000.0, 7000.0):  # runs of different lengths: leases and queues
+        generic = Policy.victims(policy, sched.running.values(), now)
+        assert generic, now
+        assert policy.victims(sched.running.values(), now) == generic, now
 
 
 def test_dynamic_preemption_bar_ignores_earlier_preemptions() -> None:
