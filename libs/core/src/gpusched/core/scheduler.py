@@ -101,7 +101,8 @@ class Scheduler:
         self.reservations: dict[str, Reservation] = {}  # job id -> its reservation
         self._victims: list[tuple[Job, object]] | None = None
         # one Request object per distinct request: a cycle's memo of requests that did
-        # not fit then compares them by identity (every pending job, every cycle)
+        # not fit then compares them by identity (every pending job, every cycle); equal
+        # requests that are not the same object still compare equal
         self._requests: dict[Request, Request] = {}
         # per cycle: (tenant, GPUs, run so far) -> predicted end of a pending job started now
         self._ends: dict[tuple[str, float, float], float] = {}
@@ -153,6 +154,8 @@ class Scheduler:
         if job.job_id in self.jobs:
             raise InvalidDecision(f"job {job.job_id} was already submitted")
         job.state, job.pending_since = JobState.PENDING, now
+        if len(self._requests) > 10_000:  # bounded (requests of any CPU and memory)
+            self._requests.clear()
         job.request = self._requests.setdefault(job.request, job.request)
         self.jobs[job.job_id] = job
         self.fairshare.see(job.tenant)
