@@ -97,27 +97,36 @@ async def test_an_unacknowledged_record_fails_after_the_timeout_and_is_dropped(
     assert stand_in.made[1].stopped
 
 
-async def test_failing_a_batch_put_back_after_a_retry_logs_nothing() -> None:
-    """aiokafka's own accumulator (no broker: the calls its sender makes). A batch sent,
-    then put back after a retriable error, is queued again but no longer pending; failing
-    it without care runs a callback that raises KeyError (logged by asyncio)."""
+async def _one_batch_sent() -> tuple[Any, Any, Any]:
+    """aiokafka's own accumulator (no broker: the calls its sender makes), one record
+    queued and its batch taken by the sender: (accumulator, record future, batch)."""
     from aiokafka.producer.message_accumulator import MessageAccumulator
     from aiokafka.structs import TopicPartition
 
+    accumulator = MessageAccumulator(None, 16384, 0, 30)
+    tp = TopicPartition("t", 0)
+    record = await accumulator.add_message(tp, b"k", b"v", timeout=1)
+    return accumulator, record, accumulator._pop_batch(tp)
+
+
+def _fail(accumulator: Any) -> None:
+    class _Holder:
+        _message_accumulator = accumulator
+
+    module._fail_pending(_Holder(), KafkaTimeoutError("closed"))
+
+
+async def test_failing_a_batch_put_back_after_a_retry_logs_nothing() -> None:
+    """A batch sent, then put back after a retriable error, is queued again but no longer
+    pending; failing it without care runs a callback that raises KeyError (logged by
+    asyncio)."""
     loop = asyncio.get_running_loop()
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _, context: errors.append(context))
     try:
-        accumulator = MessageAccumulator(None, 16384, 0, 30)
-        tp = TopicPartition("t", 0)
-        record = await accumulator.add_message(tp, b"k", b"v", timeout=1)
-        batch = accumulator._pop_batch(tp)  # sent
+        accumulator, record, batch = await _one_batch_sent()
         accumulator.reenqueue(batch)  # a retriable error: queued again
-
-        class _Holder:
-            _message_accumulator = accumulator
-
-        module._fail_pending(_Holder(), KafkaTimeoutError("closed"))
+        _fail(accumulator)
         await asyncio.sleep(0)  # the batch's callbacks run
         await asyncio.sleep(0)
         assert isinstance(record.exception(), KafkaTimeoutError)
@@ -127,21 +136,11 @@ async def test_failing_a_batch_put_back_after_a_retry_logs_nothing() -> None:
 
 
 async def test_a_request_that_fails_after_the_producer_was_failed_puts_nothing_back() -> None:
-    """aiokafka's own accumulator again: a batch in flight when the producer is failed,
-    whose request then ends in a retriable error, is not queued again (the sender would
-    raise KeyError putting it back, and end with an error)."""
-    from aiokafka.producer.message_accumulator import MessageAccumulator
-    from aiokafka.structs import TopicPartition
-
-    accumulator = MessageAccumulator(None, 16384, 0, 30)
-    tp = TopicPartition("t", 0)
-    record = await accumulator.add_message(tp, b"k", b"v", timeout=1)
-    batch = accumulator._pop_batch(tp)  # in flight
-
-    class _Holder:
-        _message_accumulator = accumulator
-
-    module._fail_pending(_Holder(), KafkaTimeoutError("closed"))
+    """A batch in flight when the producer is failed, whose request then ends in a
+    retriable error, is not queued again (the sender would raise KeyError putting it
+    back, and end with an error)."""
+    accumulator, record, batch = await _one_batch_sent()
+    _fail(accumulator)
     await asyncio.sleep(0)  # the batch's callbacks run
     accumulator.reenqueue(batch)  # what the sender does after a retriable error
     assert isinstance(record.exception(), KafkaTimeoutError)

@@ -27,6 +27,16 @@ def _waited(job: Job, now: float) -> float:
     return max(now - job.submit_time - job.executed_at(now), 0.0)
 
 
+def _gpus(job: Job) -> float:
+    """The GPUs a job's rank and restart cost count (a share or none: at least 0.05)."""
+    return max(job.request.num_gpu, 0.05)
+
+
+def _log_gpu_s(rank_time: float, gpus: float) -> float:
+    """A rank in log GPU-seconds (at least 1 GPU-s)."""
+    return math.log(max(rank_time * gpus, 1.0))
+
+
 class Dynamic(Policy):
     """Ours: a Gittins-index order with preemption that must pay, a guard for the tail,
     and parking.
@@ -127,8 +137,7 @@ class Dynamic(Policy):
         }
 
     def _log_rank(self, job: Job, now: float) -> float:
-        gpus = max(job.request.num_gpu, 0.05)
-        return math.log(max(self.s.predictor.rank_time(job, now) * gpus, 1.0))
+        return _log_gpu_s(self.s.predictor.rank_time(job, now), _gpus(job))
 
     def key(self, job: Job, ref_time: float) -> Key:
         # the sum of ``components``, without building them (every pending job's key is
@@ -159,10 +168,10 @@ class Dynamic(Policy):
         times = self.s.predictor.rank_times(eligible, now)
         found = []
         for victim, time in zip(eligible, times, strict=True):
-            gpus = max(victim.request.num_gpu, 0.05)
+            gpus = _gpus(victim)
             # running_key's first term, as key sums it (the victim is not guarded)
             qos = self._qos_term(victim.qos)
-            rank = math.log(max(time * gpus, 1.0)) + qos + self._fair_term(victim.tenant)
+            rank = _log_gpu_s(time, gpus) + qos + self._fair_term(victim.tenant)
             found.append((victim, (rank, p.dynamic_preempt_margin, cost_s * gpus)))
         found.sort(key=lambda vf: vf[1][0], reverse=True)
         return found

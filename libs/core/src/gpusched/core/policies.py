@@ -166,9 +166,8 @@ class TiresiasQos(Tiresias):
 
     def preempt_context(self, job: Job, now: float) -> Any:
         rank, queue = self.s.queue.key_of(job.job_id)[:2]
-        running_classes = {r.qos for r in self.s.running.values()}
         if queue == len(self.p.tiresias_thresholds_gpu_s) and not any(
-            self.p.qos_rank(qos) > rank for qos in running_classes
+            self.p.qos_rank(qos) > rank for qos in {r.qos for r in self.s.running.values()}
         ):
             return None  # the last queue of the lowest class running: nothing to preempt
         return (rank, queue)
