@@ -237,6 +237,26 @@ def test_dynamic_preempts_only_when_it_pays() -> None:
     assert sched2.cycle(300).decisions == []
 
 
+@pytest.mark.parametrize("qos", ["normal", "high"])
+def test_dynamic_waits_a_restart_cost_before_it_preempts(qos: str) -> None:
+    """Rent before buying: a blocked job preempts only once it has waited the restart
+    cost (GPUs that free up meanwhile would serve it with no restart lost); a class with
+    headroom of its own (high) preempts at once."""
+    params = Params(dynamic_energy_aware=False)
+    sched = Scheduler([node("a", 2)], make_policy("dynamic"), make_placement("bestfit"), params)
+    _learned(sched)
+    sched.submit(job("runner", 1, 0), 0)
+    sched.submit(job("other", 1, 0), 0)
+    sched.cycle(0)
+    sched.submit(job("quick", 2, 1000, qos=qos), 1000)  # the runners are past their lease
+    patience = params.dynamic_preempt_wait * params.preemption_cost_s
+    soon = sched.cycle(1000 + patience - 1).decisions
+    later = sched.cycle(1000 + patience).decisions
+    preempted = sorted(d.job_id for d in soon + later if isinstance(d, Preempt))
+    assert preempted == ["other", "runner"]
+    assert bool(soon) is (qos == "high")
+
+
 @pytest.mark.parametrize("name", ["tiresias", "tiresias-qos", "srpt-oracle", "dynamic"])
 def test_a_policys_victim_list_is_the_generic_one(name: str) -> None:
     """A policy may list its victims in one pass (it is asked every cycle); the list must

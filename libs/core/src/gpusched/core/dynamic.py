@@ -54,7 +54,10 @@ class Dynamic(Policy):
       no history). The margin is the hysteresis: after A preempts B, B can take its
       GPUs back only once A's rank has grown past B's times the margin, so A's rank
       must grow by the margin squared between two swaps. A job preempted again and
-      again is the tail guard's to protect.
+      again is the tail guard's to protect. A blocked job preempts only once it has
+      waited ``dynamic_preempt_wait`` restart costs (ski rental: GPUs that free up
+      meanwhile serve it with no restart lost), unless its class has headroom of its
+      own (``dynamic_headroom_classes``).
     - **Tail guard**: the oldest pending jobs that have waited longer than the
       ``dynamic_guard_quantile`` of finished jobs' waits are guarded until they end, at
       most ``dynamic_guard_jobs`` of them holding at most ``dynamic_guard_gpu_frac`` of
@@ -182,7 +185,14 @@ class Dynamic(Policy):
         blocked = exp(context)
         return [v for v, (rank, bar, cost) in victims if exp(rank) > bar * blocked + cost]
 
-    def preempt_context(self, job: Job, now: float) -> float:
+    def preempt_context(self, job: Job, now: float) -> float | None:
+        p = self.p
+        patience = p.dynamic_preempt_wait * p.preemption_cost_s
+        if job.qos not in p.dynamic_headroom_classes:
+            waited = _waited(job, now)
+            if waited < patience:  # not yet: GPUs that free up meanwhile cost no restart
+                self._recheck = min(self._recheck, now + patience - waited)
+                return None
         return float(self.s.queue.key_of(job.job_id)[0])
 
     def may_preempt(self, facts: tuple[float, float, float], context: float) -> bool:
@@ -207,6 +217,18 @@ class Dynamic(Policy):
 
     def tick_s(self) -> float:
         return self.p.dynamic_tick_s
+
+    _recheck = math.inf  # when a blocked job's patience ends (it may preempt then)
+
+    def timer_due(self, now: float) -> bool:
+        tick = super().timer_due(now)
+        if now < self._recheck:
+            return tick
+        self._recheck = math.inf
+        return True
+
+    def next_timer(self, now: float) -> float | None:
+        return min(self._next_tick, self._recheck)
 
     def power_timer(self, now: float) -> float | None:
         """When an idle node may next be parked (its park-after time is reached)."""

@@ -186,6 +186,15 @@ class Params:
         lo=1.0,
         hi=1000.0,
     )
+    dynamic_preempt_wait: float = _p(
+        1.0,
+        "a blocked job preempts only once it has waited this many restart costs "
+        "(preemption_cost_s; 1: rent before buying, as in ski rental), unless its class "
+        "has headroom of its own (dynamic_headroom_classes): GPUs that free up meanwhile "
+        "serve it with no restart lost",
+        lo=0.0,
+        hi=1000.0,
+    )
     dynamic_guard_jobs: int = _p(
         4,
         "tail guard: at most this many long-waiting jobs rank first in their class and "
