@@ -88,8 +88,7 @@ def last_value(history: np.ndarray, start: float, horizon: int, cfg: ModelConfig
     lower, upper = np.empty(horizon), np.empty(horizon)
     for k in range(1, horizon + 1):
         changes = history[k:] - history[:-k] if len(history) > k else np.zeros(1)
-        lower[k - 1] = y + np.quantile(changes, lo_q)
-        upper[k - 1] = y + np.quantile(changes, hi_q)
+        lower[k - 1], upper[k - 1] = y + np.quantile(changes, (lo_q, hi_q))  # one sort
     return Forecast("last_value", start, cfg.step_s, np.full(horizon, y), lower, upper).clipped()
 
 
@@ -267,11 +266,16 @@ class Calibrator:
         lo_q, hi_q = quantiles(self.width)
         lower, upper = forecast.lower.copy(), forecast.upper.copy()
         calibrated = 0
-        for i in range(len(forecast.yhat)):
+        n = len(forecast.yhat)
+        # every lead's errors end to end, in lead order, so that the leads pooled are a
+        # slice (the widest pool reaches lead n - 1 + (n - 1) // 4)
+        per_lead = [self._errors.get((forecast.model, lead), ()) for lead in range(2 * n)]
+        ends = np.cumsum([0, *map(len, per_lead)])
+        pooled = np.fromiter((e for errors in per_lead for e in errors), float, ends[-1])
+        for i in range(n):
             # Errors change slowly with the lead: pool the neighbouring leads for more of them.
             spread = max(1, i // 4)
-            leads = range(max(i - spread, 0), i + spread + 1)
-            errors = [e for lead in leads for e in self._errors.get((forecast.model, lead), ())]
+            errors = pooled[ends[max(i - spread, 0)] : ends[i + spread + 1]]
             if len(errors) >= self.min_errors:
                 lo, hi = np.quantile(errors, (lo_q, hi_q))  # one sort for both
                 lower[i] = forecast.yhat[i] + lo * scale
