@@ -251,6 +251,8 @@ def test_dynamic_waits_a_restart_cost_before_it_preempts(qos: str) -> None:
     sched.submit(job("quick", 2, 1000, qos=qos), 1000)  # the runners are past their lease
     patience = params.dynamic_preempt_wait * params.preemption_cost_s
     soon = sched.cycle(1000 + patience - 1).decisions
+    if qos == "normal":  # the scheduler asks to cycle again when the patience ends
+        assert sched.next_wakeup(1000 + patience - 1) == 1000 + patience
     later = sched.cycle(1000 + patience).decisions
     preempted = sorted(d.job_id for d in soon + later if isinstance(d, Preempt))
     assert preempted == ["other", "runner"]
