@@ -4,6 +4,11 @@ worker processes through the same replay, compared by ratios and checked on targ
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +110,60 @@ def test_the_committed_matrices_are_valid() -> None:
         matrix, _ = load_matrix(REPO / "bench" / name)
         sets = {s.set for s in matrix.scenarios}
         assert sets == ({"tune", "validation"} if name == "scenarios.yaml" else {"tune"})
+
+
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (from /proc: each task's children)."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                kids = {int(k) for k in (task / "children").read_text().split()}
+            except OSError:
+                continue  # it ended meanwhile
+            todo.extend(kids - found)
+            found |= kids
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (an ended one may linger as a zombie until its
+    new parent reaps it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_the_workers_end_when_the_matrix_process_is_killed(tmp_path: Path) -> None:
+    """SIGKILL to the matrix process alone (no Ctrl-C to its process group) leaves no
+    worker replaying for nobody: each worker ends with it, and so do the forecast's
+    processes below the workers."""
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        f"traces: {TRACES}\npolicies: [dynamic, tiresias]\nscenarios:\n"
+        "  - {name: long, set: tune, jobs: gavel_vced69ec.jobs.csv, "
+        "cluster: v100_16gpu.cluster.csv}\n"
+    )
+    cmd = [str(Path(sys.executable).parent / "gpusched"), "replay", "--matrix", str(path),
+           "--workers", "2", "--json", str(tmp_path / "m.json")]  # fmt: skip
+    matrix = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(below := _descendants(matrix.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)  # two workers, and the forecast's pool below `dynamic`'s
+        assert len(below) >= 3, below
+        time.sleep(2)
+    finally:
+        matrix.kill()
+        matrix.wait()
+    below |= _descendants(matrix.pid)
+    deadline = time.monotonic() + 20
+    while (alive := {p for p in below if _running(p)}) and (time.monotonic() < deadline):
+        time.sleep(0.2)
+    left = [Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in alive]
+    for pid in alive:  # so that a failure leaves no orphans behind either
+        os.kill(pid, signal.SIGKILL)
+    assert not left, left

@@ -12,6 +12,7 @@ import math
 import multiprocessing
 import os
 import queue
+import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -170,13 +171,32 @@ class _Done:
     run: RunResult | None  # for the scenario's report (None when no report is written)
 
 
-def _run_task(task: _Task, progress: Any, keep_run: bool) -> _Done:
-    """Worker: one policy over one scenario; progress increments go to ``progress``."""
+_progress: Any = None  # in a worker: the queue its progress increments go to
+
+
+def _start_worker(progress: Any) -> None:
+    """Worker initializer: keep the progress queue, and end this worker when the matrix
+    process ends, however it ends (a SIGTERM or SIGKILL to it alone would otherwise
+    leave its workers replaying for nobody)."""
+    global _progress
+    _progress = progress
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+
+
+def _exit_with(parent: multiprocessing.process.BaseProcess) -> None:
+    parent.join()
+    os._exit(1)
+
+
+def _run_task(task: _Task, keep_run: bool) -> _Done:
+    """Worker: one policy over one scenario; progress increments go to the queue."""
     scenario = task.scenario
     key = f"{scenario.name}/{task.policy}"
 
     def on_progress(n: int) -> None:
-        progress.put((key, n))
+        _progress.put((key, n))
 
     doc, runs = replay(
         task.jobs,
@@ -236,17 +256,20 @@ def run_matrix(
     results: dict[str, dict[str, Any]] = {}
     skipped: dict[str, list[dict[str, str]]] = {}
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, ProcessPoolExecutor(workers, mp_context=context) as pool:
-        progress = manager.Queue()
+    progress = context.Queue()
+    with ProcessPoolExecutor(
+        workers, mp_context=context, initializer=_start_worker, initargs=(progress,)
+    ) as pool:
         futures: dict[Future[Any], _Task] = {}
         for task in tasks:
-            futures[pool.submit(_run_task, task, progress, report_dir is not None)] = task
+            futures[pool.submit(_run_task, task, report_dir is not None)] = task
             if on_event:
                 on_event("start", f"{task.scenario.name}/{task.policy}", task.size)
         pending = set(futures)
+        finished: set[str] = set()  # runs whose increments, late from the queue, are dropped
         while pending:
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-            _drain(progress, on_event)
+            _drain(progress, on_event, finished)
             for future in done:
                 d: _Done = future.result()
                 results.setdefault(d.scenario, {})[d.policy] = d.result
@@ -256,6 +279,7 @@ def run_matrix(
                     kept.setdefault(d.scenario, {})[d.policy] = d.run
                     if not left[d.scenario]:
                         _scenario_report(report_dir, matrix, d, results, kept.pop(d.scenario))
+                finished.add(f"{d.scenario}/{d.policy}")
                 if on_event:
                     on_event("done", f"{d.scenario}/{d.policy}", 0)
     scenarios = {}
@@ -294,13 +318,13 @@ def _scenario_report(
     write_report(report_dir / f"{scenario.name}.html", doc, {p: runs[p] for p in order}, baseline)
 
 
-def _drain(progress: Any, on_event: Events | None) -> None:
+def _drain(progress: Any, on_event: Events | None, finished: set[str]) -> None:
     while True:
         try:
             key, n = progress.get_nowait()
         except queue.Empty:
             return
-        if on_event:
+        if on_event and key not in finished:
             on_event("advance", key, n)
 
 
