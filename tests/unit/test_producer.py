@@ -6,6 +6,7 @@ real broker, is tests/integration/test_outage.py."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Any
 
 import pytest
@@ -95,6 +96,28 @@ async def test_an_unacknowledged_record_fails_after_the_timeout_and_is_dropped(
     assert producer.generation == 2
     await producer.stop()
     assert stand_in.made[1].stopped
+
+
+async def test_a_record_failed_after_the_producer_was_closed_logs_nothing(
+    stand_in: type[_StandIn],
+) -> None:
+    """A close that outlasts its timeout fails what is left when it ends, after
+    ``delivered`` has raised: asyncio must not log "Future exception was never
+    retrieved" for it (the caller heard of it through the raised error)."""
+    stand_in.script = ["hang"]
+    producer = Producer("127.0.0.1:1", delivery_timeout_s=0.05)
+    late = await producer.send("t", b"late")
+    stand_in.made[0]._message_accumulator.pending.clear()  # not failed by the close
+    with pytest.raises(KafkaTimeoutError):
+        await producer.delivered([late])
+    assert not late.done()
+    logged: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _, context: logged.append(context))
+    late.set_exception(KafkaTimeoutError("producer closed"))  # when the close ends
+    await asyncio.sleep(0)
+    del late
+    gc.collect()
+    assert logged == []
 
 
 async def _one_batch_sent() -> tuple[Any, Any, Any]:

@@ -124,10 +124,12 @@ class Producer:
             return
         done, late = await asyncio.wait(waiting, timeout=self.delivery_timeout_s)
         if late:
+            # failed by discard, now or when the closing producer ends (a close that
+            # outlasts close_timeout_s fails the rest later): retrieved then, to keep
+            # asyncio quiet; the caller hears of them through the error raised here
+            for future in late:
+                future.add_done_callback(_retrieve)
             await self.discard(f"not acknowledged within {self.delivery_timeout_s:g} s")
-            for future in late:  # failed by discard: retrieve, to keep asyncio quiet
-                if future.done() and not future.cancelled():
-                    future.exception()
             raise KafkaTimeoutError(
                 f"{len(late)} records not acknowledged within {self.delivery_timeout_s:g} s"
             )
@@ -190,6 +192,11 @@ class Producer:
             why = f"{what} took longer than {self.delivery_timeout_s:g} s"
             await self.discard(why)
             raise KafkaTimeoutError(why) from None
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _fail_pending(producer: AIOKafkaProducer, error: KafkaTimeoutError) -> None:
