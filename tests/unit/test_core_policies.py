@@ -213,13 +213,20 @@ def _learned(sched: Scheduler) -> None:
         sched.predictor.observe(job(f"hs{i}", 2), 300 + i)
 
 
-def test_dynamic_preempts_only_when_it_pays() -> None:
-    params = Params(dynamic_energy_aware=False)
+def _two_long_runners(params: Params) -> Scheduler:
+    """``dynamic`` on one 2-GPU node, with the history of ``_learned``, running two 1-GPU
+    jobs ("runner", "other") since 0."""
     sched = Scheduler([node("a", 2)], make_policy("dynamic"), make_placement("bestfit"), params)
     _learned(sched)
     sched.submit(job("runner", 1, 0), 0)
     sched.submit(job("other", 1, 0), 0)
     sched.cycle(0)
+    return sched
+
+
+def test_dynamic_preempts_only_when_it_pays() -> None:
+    params = Params(dynamic_energy_aware=False)
+    sched = _two_long_runners(params)
     sched.submit(job("quick", 2, 50), 50)
     assert sched.cycle(55).decisions == []  # the runners' lease (the restart cost) holds
     decisions = sched.cycle(300).decisions  # the next timer tick (dynamic_tick_s)
@@ -243,11 +250,7 @@ def test_dynamic_waits_a_restart_cost_before_it_preempts(qos: str) -> None:
     cost (GPUs that free up meanwhile would serve it with no restart lost); a class with
     headroom of its own (high) preempts at once."""
     params = Params(dynamic_energy_aware=False)
-    sched = Scheduler([node("a", 2)], make_policy("dynamic"), make_placement("bestfit"), params)
-    _learned(sched)
-    sched.submit(job("runner", 1, 0), 0)
-    sched.submit(job("other", 1, 0), 0)
-    sched.cycle(0)
+    sched = _two_long_runners(params)
     sched.submit(job("quick", 2, 1000, qos=qos), 1000)  # the runners are past their lease
     patience = params.dynamic_preempt_wait * params.preemption_cost_s
     soon = sched.cycle(1000 + patience - 1).decisions
