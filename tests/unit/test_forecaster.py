@@ -4,6 +4,11 @@ intervals, the backtest (on a slice of a real trace) and the outlook the policy 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +46,7 @@ from gpusched.forecaster.models import (
     seasonal_quantile,
 )
 from gpusched.sim import Simulation, TraceJob, load_jobs, traces_dir
+from tests.processes import running
 
 TRACES = traces_dir(Path(__file__).resolve().parents[2].parent / "shared" / "traces")
 PHILLY = TRACES / "philly_dev.jobs.csv"
@@ -165,6 +171,37 @@ def test_fit_many_over_budget_falls_back_with_a_note() -> None:
     out = fit_many(tasks, HOURLY, workers=1, budget_s=0.0)
     assert {f.model for f in out.values()} == {"seasonal_naive"}
     assert all(f.note and "budget" in f.note for f in out.values())
+
+
+_POOL_SCRIPT = """
+import os, time
+from gpusched.forecaster.fitting import fit_pool
+pool = fit_pool(2)
+pool.submit(os.getpid).result()
+print(*pool._processes, flush=True)
+time.sleep(600)
+"""
+
+
+def test_fit_processes_end_when_the_process_that_made_them_is_killed() -> None:
+    """A SIGKILL to the owner of the fit pool alone (a matrix worker, the dispatcher)
+    leaves no fit process behind: each ends with it."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _POOL_SCRIPT], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None
+        fits = [int(p) for p in owner.stdout.readline().split()]
+        assert len(fits) == 2, fits
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while (alive := [p for p in fits if running(p)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in alive:  # so that a failure leaves no orphans behind either
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, alive
 
 
 def test_offered_demand_of_a_real_trace_slice() -> None:

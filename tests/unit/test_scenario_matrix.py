@@ -18,6 +18,7 @@ from gpusched.cli.main import app
 from gpusched.sim import SimError, traces_dir
 from gpusched.sim.matrix import load_matrix
 from gpusched.sim.traces import load_jobs
+from tests.processes import running
 
 REPO = Path(__file__).resolve().parents[2]
 TRACES = traces_dir(REPO.parent / "shared" / "traces")
@@ -129,20 +130,11 @@ def _workers(pid: int) -> set[int]:
     return found
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` is a live process (an ended one may linger as a zombie until its
-    new parent reaps it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 def test_the_workers_end_when_the_matrix_process_is_killed(tmp_path: Path) -> None:
     """SIGKILL to the matrix process alone (no Ctrl-C to its process group) leaves no
-    worker replaying for nobody: each worker ends with it. (Not checked: the forecast's
-    fit processes below a worker, nor multiprocessing's resource tracker.)"""
+    worker replaying for nobody: each worker ends with it. (The forecast's fit processes
+    below a worker end with it in turn: test_forecaster's
+    test_fit_processes_end_when_the_process_that_made_them_is_killed.)"""
     path = tmp_path / "m.yaml"
     path.write_text(
         f"traces: {TRACES}\npolicies: [dynamic, tiresias]\nscenarios:\n"
@@ -162,7 +154,7 @@ def test_the_workers_end_when_the_matrix_process_is_killed(tmp_path: Path) -> No
         matrix.kill()
         matrix.wait()
     deadline = time.monotonic() + 30
-    while (alive := {p for p in workers if _running(p)}) and (time.monotonic() < deadline):
+    while (alive := {p for p in workers if running(p)}) and (time.monotonic() < deadline):
         time.sleep(0.2)
     left = [Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in alive]
     for pid in alive:  # so that a failure leaves no orphans behind either

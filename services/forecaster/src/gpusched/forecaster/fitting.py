@@ -8,6 +8,9 @@ worth less than a timely simpler one.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, wait
@@ -17,7 +20,7 @@ import numpy as np
 
 from gpusched.forecaster.models import MODELS, Forecast, ModelConfig, forecast_auto, seasonal_naive
 
-__all__ = ["FitTask", "fit_many", "submit_fits"]
+__all__ = ["FitTask", "fit_many", "fit_pool", "submit_fits"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,24 @@ class FitTask:
     start: float
     horizon: int
     model: str = "auto"  # or a name of MODELS
+
+
+def fit_pool(workers: int) -> ProcessPoolExecutor:
+    """A pool of fit processes that end with the process that made them, however it
+    ends: a SIGKILL to it alone (a killed matrix worker, dispatcher or forecaster) would
+    otherwise leave them, and multiprocessing's resource tracker, running for nobody."""
+    return ProcessPoolExecutor(max_workers=max(workers, 1), initializer=_end_with_parent)
+
+
+def _end_with_parent() -> None:
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_after, args=(parent,), daemon=True).start()
+
+
+def _exit_after(parent: multiprocessing.process.BaseProcess) -> None:
+    parent.join()
+    os._exit(1)
 
 
 def _fit(task: FitTask, cfg: ModelConfig) -> Forecast:
@@ -60,7 +81,7 @@ def fit_many(
         return out
     deadline = None if budget_s is None else time.monotonic() + budget_s
     out = {}
-    pool = ProcessPoolExecutor(max_workers=max(workers, 1))
+    pool = fit_pool(workers)
     try:
         futures = {future: name for name, future in submit_fits(pool, tasks, cfg).items()}
         pending = set(futures)

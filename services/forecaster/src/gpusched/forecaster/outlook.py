@@ -22,7 +22,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 import numpy as np
 
 from gpusched.core import DEMAND_SERIES, Job, StepForecast, arrivals_series
-from gpusched.forecaster.fitting import FitTask, submit_fits
+from gpusched.forecaster.fitting import FitTask, fit_pool, submit_fits
 from gpusched.forecaster.models import Calibrator, Forecast, ModelConfig, local_scale
 from gpusched.forecaster.series import JobDemand, SeriesBuilder
 from gpusched.forecaster.settings import ForecasterSettings
@@ -109,7 +109,7 @@ class ForecastOutlook:
             if name != DEMAND_SERIES
         }
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            self._pool = fit_pool(self.workers)
         self._builder.forget_ended_before(start - self.cfg.history_s)
         futures = submit_fits(self._pool, tasks, self.cfg)
         futures[DEMAND_SERIES] = self._pool.submit(
