@@ -245,6 +245,35 @@ def test_dynamic_preempts_only_when_it_pays() -> None:
 
 
 @pytest.mark.parametrize("qos", ["normal", "high"])
+def test_dynamic_preempts_within_a_class_as_within_any(qos: str) -> None:
+    """The restart cost is weighed in the units of the victim's rank: within the high
+    class (its ranks divided by the class step) a quick job preempts long runners as it
+    does within the normal class. It did not: the cost, in plain GPU-s, dwarfed every
+    high rank, so a high gang waited behind high jobs that had run for days."""
+    params = Params(dynamic_energy_aware=False)
+    sched = Scheduler(
+        [node("a", 2), node("b", 1, model="A100")],
+        make_policy("dynamic"),
+        make_placement("bestfit"),
+        params,
+    )
+    _learned(sched)
+    sched.submit(job("bystander", 1, 0, models="A100"), 0)  # both classes are seen
+    for name in ("runner", "other"):
+        sched.submit(job(name, 1, 0, models="V100", qos=qos), 0)
+    sched.cycle(0)
+    assert sorted(sched.running) == ["bystander", "other", "runner"]
+    sched.submit(job("quick", 2, 50000, qos=qos), 50000)
+    patience = params.dynamic_preempt_wait * params.preemption_cost_s
+    decisions = sched.cycle(50000).decisions + sched.cycle(50000 + patience).decisions
+    assert sorted((type(d).__name__, d.job_id) for d in decisions) == [
+        ("Place", "quick"),
+        ("Preempt", "other"),
+        ("Preempt", "runner"),
+    ]
+
+
+@pytest.mark.parametrize("qos", ["normal", "high"])
 def test_dynamic_waits_a_restart_cost_before_it_preempts(qos: str) -> None:
     """Rent before buying: a blocked job preempts only once it has waited the restart
     cost (GPUs that free up meanwhile would serve it with no restart lost); a class with

@@ -48,10 +48,12 @@ class Dynamic(Policy):
       turned the order into FIFO on heavily loaded clusters.
     - **Preemption**: a waiting job preempts a running one (that has run at least the
       restart cost) only when the victim's rank exceeds the job's times
-      ``dynamic_preempt_margin``, plus the GPU time the restart costs. The same rank on
-      both sides, and it depends on the run time and GPUs only, never on how often the
-      victim was preempted before (what has been lost is lost; the Gittins order needs
-      no history). The margin is the hysteresis: after A preempts B, B can take its
+      ``dynamic_preempt_margin``, plus the GPU time the restart costs (divided by the
+      victim's class step, as its rank is: a ``high`` job preempts a ``high`` one as a
+      ``normal`` job does a ``normal`` one). The same rank on both sides, and it
+      depends on the run time and GPUs only, never on how often the victim was
+      preempted before (what has been lost is lost; the Gittins order needs no
+      history). The margin is the hysteresis: after A preempts B, B can take its
       GPUs back only once A's rank has grown past B's times the margin, so A's rank
       must grow by the margin squared between two swaps. A job preempted again and
       again is the tail guard's to protect. A blocked job preempts only once it has
@@ -175,7 +177,10 @@ class Dynamic(Policy):
             # running_key's first term, as key sums it (the victim is not guarded)
             qos = self._qos_term(victim.qos)
             rank = _log_gpu_s(time, gpus) + qos + self._fair_term(victim.tenant)
-            found.append((victim, (rank, p.dynamic_preempt_margin, cost_s * gpus)))
+            # the restart's GPU time in the units of the victim's rank (its class step),
+            # so two jobs of one class weigh it as two normal jobs do
+            cost = cost_s * gpus * math.exp(qos)
+            found.append((victim, (rank, p.dynamic_preempt_margin, cost)))
         found.sort(key=lambda vf: vf[1][0], reverse=True)
         return found
 
