@@ -311,6 +311,44 @@ def test_a_policys_victim_list_is_the_generic_one(name: str) -> None:
         assert policy.victims(sched.running.values(), now) == generic, now
 
 
+def test_dynamic_victims_it_remembers_are_those_it_would_compute_afresh() -> None:
+    """``dynamic`` keeps each running job's rank time and facts from one cycle to the
+    next; what it keeps must be what it would compute with nothing kept, after the
+    histories change (jobs finish), runs cross a time step, and a refresh recomputes
+    the fair-share terms."""
+    sched = Scheduler(
+        [node("a", 4), node("b", 4)], make_policy("dynamic"), make_placement("bestfit"),
+        Params(dynamic_energy_aware=False),
+    )  # fmt: skip
+    _learned(sched)
+    for i in range(6):
+        sched.submit(job(f"r{i}", 1 + i % 2, i * 50, tenant=f"t{i % 3}"), i * 50)
+        sched.cycle(i * 50)
+    policy, predictor = sched.policy, sched.predictor
+
+    def afresh(now: float) -> list[tuple[Job, object]]:
+        kept = dict(policy._facts), dict(predictor._last)
+        policy._facts.clear()
+        predictor._last.clear()
+        found = policy.victims(sched.running.values(), now)
+        policy._facts.update(kept[0])
+        predictor._last.update(kept[1])
+        return found
+
+    steps = [
+        lambda: None,
+        lambda: [predictor.observe(job(f"long{i}", 2), 90_000.0 + i) for i in range(5)],
+        lambda: [predictor.observe(job(f"short{i}", 1), 400.0 + i) for i in range(5)],
+        lambda: sched.fairshare.charge("t0", 1e7, 3000.0),
+        lambda: policy.begin_refresh(3000.0),
+    ]
+    for now, step in zip((1000.0, 1000.0, 1000.0, 3000.0, 3000.0, 9000.0), [*steps, steps[0]]):
+        step()
+        first = policy.victims(sched.running.values(), now)  # remembers
+        assert first, now
+        assert policy.victims(sched.running.values(), now) == first == afresh(now), now
+
+
 def test_dynamic_preemption_bar_ignores_earlier_preemptions() -> None:
     """The bar is the margin whatever the victim's past: a long job that was preempted
     before is preempted again by the same short job (the growing bar of before made it
@@ -324,7 +362,7 @@ def test_dynamic_preemption_bar_ignores_earlier_preemptions() -> None:
     sched.cycle(0)
     facts = policy.victim_facts(victim, 1000)
     assert facts is not None
-    rank, bar, cost = facts
+    rank, bar, cost, _ = facts
     assert (bar, cost) == (params.dynamic_preempt_margin, params.preemption_cost_s)
     # a job ranked e times below the victim's rank / margin passes the bar, before and
     # after two preemptions alike; one ranked just above rank / margin does not

@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Dynamic"]
 
+# a victim's facts: (log rank, preemption bar as a factor, restart cost in GPU-s, rank in
+# GPU-s: exp of the first, kept since every blocked job compares it)
+Facts = tuple[float, float, float, float]
+
 GUARD_WINDOW = 1000  # finished jobs whose waits set the tail guard's limit
 GUARD_MIN_SAMPLES = 20
 
@@ -83,6 +87,10 @@ class Dynamic(Policy):
         self._fair_terms: dict[str, float] = {}
         self._waits = SortedWindow(GUARD_WINDOW)  # waits of recently finished jobs
         self.guarded: set[str] = set()
+        # per running job: (its rank time, the class terms' epoch, its fair-share term,
+        # its victim facts); the epoch changes whenever a class's term may change
+        self._facts: dict[str, tuple[float, int, float, Facts]] = {}
+        self._qos_epoch = 0
 
     def _qos_term(self, qos: str) -> float:
         term = self._qos_terms.get(qos)
@@ -91,6 +99,7 @@ class Dynamic(Policy):
             if rank not in self._qos_seen:
                 self._qos_seen[rank] = None
                 self._qos_terms.clear()  # a new class shifts the steps of the others
+                self._qos_epoch += 1
             steps = sum(1 for seen in self._qos_seen if seen > rank)
             term = self._qos_terms[qos] = -steps * math.log(self.p.dynamic_qos_factor)
         return term
@@ -104,6 +113,7 @@ class Dynamic(Policy):
 
     def finished(self, job: Job, now: float) -> None:
         self.guarded.discard(job.job_id)
+        self._facts.pop(job.job_id, None)
         self._waits.add(_waited(job, now))
 
     def begin_refresh(self, now: float) -> None:
@@ -155,40 +165,48 @@ class Dynamic(Policy):
     def running_key(self, job: Job, now: float) -> Key:
         return self.key(job, now)
 
-    def victim_facts(self, victim: Job, now: float) -> tuple[float, float, float] | None:
-        """(log rank, the bar its rank must clear as a factor, restart cost in GPU-s), or
-        None while the victim is guarded or has not yet run for its restart cost."""
+    def victim_facts(self, victim: Job, now: float) -> Facts | None:
+        """(log rank, the bar its rank must clear as a factor, restart cost in GPU-s, the
+        rank in GPU-s), or None while the victim is guarded or has not yet run for its
+        restart cost."""
         found = self.victims((victim,), now)
         return found[0][1] if found else None
 
-    def victim_order(self, victim: Job, facts: tuple[float, float, float], now: float) -> Key:
+    def victim_order(self, victim: Job, facts: Facts, now: float) -> Key:
         return facts[:1]  # the highest rank first
 
     def victims(self, running: Iterable[Job], now: float) -> list[tuple[Job, Any]]:
         # Policy.victims for every running job at once (every cycle): each victim's
-        # facts, highest rank (victim_order) first
-        p, guarded = self.p, self.guarded
+        # facts, highest rank (victim_order) first. A victim whose rank time and terms
+        # are those of its last facts keeps them (most do, from one cycle to the next).
+        p, guarded, memo = self.p, self.guarded, self._facts
         cost_s = p.preemption_cost_s
         eligible = [v for v in running if v.job_id not in guarded and v.running_for(now) >= cost_s]
         times = self.s.predictor.rank_times(eligible, now)
         found = []
         for victim, time in zip(eligible, times, strict=True):
+            fair = self._fair_term(victim.tenant)
+            seen = memo.get(victim.job_id)
+            if seen is not None and (seen[0], seen[1], seen[2]) == (time, self._qos_epoch, fair):
+                found.append((victim, seen[3]))
+                continue
             gpus = _gpus(victim)
             # running_key's first term, as key sums it (the victim is not guarded)
             qos = self._qos_term(victim.qos)
-            rank = _log_gpu_s(time, gpus) + qos + self._fair_term(victim.tenant)
+            rank = _log_gpu_s(time, gpus) + qos + fair
             # the restart's GPU time in the units of the victim's rank (its class step),
             # so two jobs of one class weigh it as two normal jobs do
             cost = cost_s * gpus * math.exp(qos)
-            found.append((victim, (rank, p.dynamic_preempt_margin, cost)))
+            facts = (rank, p.dynamic_preempt_margin, cost, math.exp(rank))
+            memo[victim.job_id] = (time, self._qos_epoch, fair, facts)
+            found.append((victim, facts))
         found.sort(key=lambda vf: vf[1][0], reverse=True)
         return found
 
     def preemptable(self, victims: list[tuple[Job, Any]], context: float) -> list[Job]:
         # may_preempt for each victim, with the blocked job's term computed once
-        exp = math.exp
-        blocked = exp(context)
-        return [v for v, (rank, bar, cost) in victims if exp(rank) > bar * blocked + cost]
+        blocked = math.exp(context)
+        return [v for v, (_, bar, cost, rank) in victims if rank > bar * blocked + cost]
 
     def preempt_context(self, job: Job, now: float) -> float | None:
         p = self.p
@@ -200,10 +218,10 @@ class Dynamic(Policy):
                 return None
         return float(self.s.queue.key_of(job.job_id)[0])
 
-    def may_preempt(self, facts: tuple[float, float, float], context: float) -> bool:
+    def may_preempt(self, facts: Facts, context: float) -> bool:
         # rank_v > bar x rank_j + the restart's GPU time (ranks in GPU-s, keys in logs)
-        rank, bar, cost = facts
-        return math.exp(rank) > bar * math.exp(context) + cost
+        _, bar, cost, rank = facts
+        return rank > bar * math.exp(context) + cost
 
     def waits_for_wake(self, job: Job) -> bool:
         # The classes with headroom of their own are not made to wait for a wake: they

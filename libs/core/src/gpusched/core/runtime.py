@@ -68,6 +68,11 @@ class RuntimePredictor:
         self._cache: dict[tuple[object, int, int], float] = {}
         self._tail_mean: dict[tuple[int, int, float], float] = {}
         self._resolved: dict[tuple[str, float], SortedWindow | None] = {}
+        # per job: (epoch, job, history, its version, time step, rank time) of its last
+        # rank_times answer; the epoch changes whenever a job's history or a cached
+        # rank may change (a history becomes usable, the cache is cleared)
+        self._last: dict[str, tuple[int, Job, SortedWindow | None, int, int, float]] = {}
+        self._epoch = 0
 
     def _keys(self, job: Job) -> tuple[tuple[str, int] | str, ...]:
         """Histories from the most specific to everyone's."""
@@ -84,7 +89,9 @@ class RuntimePredictor:
                 hist = self._hist[key] = SortedWindow(self.window)
             if len(hist.sorted_) + 1 == self.min_samples:
                 self._resolved.clear()  # a more specific history becomes usable
+                self._epoch += 1
             hist.add(max(duration_s, 1.0))
+        self._last.pop(job.job_id, None)
 
     def _history(self, job: Job) -> SortedWindow | None:
         memo = (job.tenant, job.request.num_gpu)
@@ -124,23 +131,39 @@ class RuntimePredictor:
 
     def rank_times(self, jobs: Iterable[Job], now: float) -> list[float]:
         """``rank_time`` of each of ``jobs``, in one call (a cycle asks it of every
-        running job)."""
+        running job). A job whose history and time step are those of its last answer
+        gets that answer again, without resolving its history or building the key."""
         history, cache, prior, log2 = self._history, self._cache, self.prior_s, math.log2
+        last = self._last
         out = []
         for job in jobs:
             a = job.executed_at(now)
-            hist = history(job)
+            seen = last.get(job.job_id)
+            if seen is not None and seen[0] == self._epoch and seen[1] is job:
+                hist = seen[2]
+            else:
+                hist, seen = history(job), None
             if hist is None:
+                if seen is None:
+                    last[job.job_id] = (self._epoch, job, None, 0, 0, 0.0)
                 out.append(max(prior - a, a, 60.0))
                 continue
             # ~19% steps in attained time share one value
-            key = (id(hist), hist.version, int(log2(a + 1) * 4))
+            step = int(log2(a + 1) * 4)
+            if seen is not None and seen[3] == hist.version and seen[4] == step:
+                out.append(seen[5])
+                continue
+            key = (id(hist), hist.version, step)
             value = cache.get(key)
             if value is None:
                 value = self._inverse_gittins(hist.sorted_, a)
                 if len(cache) > 200_000:
                     cache.clear()
+                    self._epoch += 1  # a step may now be answered for another time
                 cache[key] = value
+            if len(last) > 200_000:
+                last.clear()
+            last[job.job_id] = (self._epoch, job, hist, hist.version, step, value)
             out.append(value)
         return out
 
