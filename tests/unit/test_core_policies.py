@@ -335,14 +335,15 @@ def test_dynamic_victims_it_remembers_are_those_it_would_compute_afresh() -> Non
         predictor._last.update(kept[1])
         return found
 
-    steps = [
-        lambda: None,
-        lambda: [predictor.observe(job(f"long{i}", 2), 90_000.0 + i) for i in range(5)],
-        lambda: [predictor.observe(job(f"short{i}", 1), 400.0 + i) for i in range(5)],
-        lambda: sched.fairshare.charge("t0", 1e7, 3000.0),
-        lambda: policy.begin_refresh(3000.0),
+    steps = [  # (when, what changes before)
+        (1000.0, lambda: None),
+        (1000.0, lambda: [predictor.observe(job(f"long{i}", 2), 90_000.0 + i) for i in range(5)]),
+        (1000.0, lambda: [predictor.observe(job(f"short{i}", 1), 400.0 + i) for i in range(5)]),
+        (3000.0, lambda: sched.fairshare.charge("t0", 1e7, 3000.0)),
+        (3000.0, lambda: policy.begin_refresh(3000.0)),
+        (9000.0, lambda: None),
     ]
-    for now, step in zip((1000.0, 1000.0, 1000.0, 3000.0, 3000.0, 9000.0), [*steps, steps[0]]):
+    for now, step in steps:
         step()
         first = policy.victims(sched.running.values(), now)  # remembers
         assert first, now
