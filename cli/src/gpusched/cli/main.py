@@ -26,6 +26,7 @@ from gpusched.cli.services import (
     simcluster,
     sink,
     status,
+    store_server,
     submit,
 )
 from gpusched.cli.sql import sql
@@ -92,6 +93,7 @@ def main() -> None:
 app.command("collect")(collect)
 app.command("process")(process)
 app.command("sink")(sink)
+app.command("store-server")(store_server)
 app.command("sql")(sql)
 app.command("simcluster")(simcluster)
 app.command("dispatch")(dispatch)

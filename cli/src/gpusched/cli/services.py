@@ -39,7 +39,7 @@ from gpusched.forecaster import ForecasterSettings, run_forecaster
 from gpusched.processor import ProcessorSettings, run_worker
 from gpusched.sim import SimError, load_cluster
 from gpusched.simcluster import SimCluster, SimClusterSettings, simcluster_app, trace_durations
-from gpusched.sink import SinkSettings, run_sink
+from gpusched.sink import SinkSettings, run_sink, serve_store
 from gpusched.store import StoreError, StoreSettings
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "simcluster",
     "sink",
     "status",
+    "store_server",
     "submit",
 ]
 
@@ -130,6 +131,22 @@ def sink(
     store = _settings(StoreSettings)
     try:
         _until_signal(lambda stop: run_sink(settings, store, stop))
+    except StoreError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def store_server(
+    port: Annotated[int | None, typer.Option(help="port (GPUSCHED_STORE_SERVER_PORT)")] = None,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "info",
+) -> None:
+    """Serve the embedded store (GPUSCHED_STORE_DSN, chdb:///<dir>), writable, over
+    ClickHouse's HTTP interface, for processes that reach it as a server."""
+    _logging(log_level)
+    settings = _settings(SinkSettings, store_server_port=port)
+    store = _settings(StoreSettings)
+    try:
+        _until_signal(lambda stop: serve_store(settings, store, stop))
     except StoreError as exc:
         console.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from exc

@@ -30,13 +30,17 @@ from gpusched.contracts.settings import KafkaSettings, client_options
 __all__ = ["Dependency", "HealthServer", "kafka_dependency", "service_health", "watch_kafka"]
 
 # aiokafka's loggers log every failed retry while a broker is away (hundreds of lines a
-# minute per client); ``watch_kafka`` says it once instead, and these are held back
+# minute per client), and clickhouse-connect's (through urllib3) every failed call while a
+# store server is; ``watch_kafka`` and a store's ``Dependency`` say it once instead, and
+# these are held back
 _RETRY_LOGGERS = (
     "aiokafka",
     "aiokafka.conn",
     "aiokafka.consumer.fetcher",
     "aiokafka.consumer.group_coordinator",
     "aiokafka.producer.sender",
+    "clickhouse_connect.driver._backend.http_sync",
+    "urllib3.connectionpool",
 )
 _RETRY_NOISE = (
     "Connect call failed",
@@ -45,6 +49,8 @@ _RETRY_NOISE = (
     "KafkaConnectionError",
     "Marking the coordinator dead",
     "is either not started or not valid",
+    "Unexpected Http Driver Exception",
+    "after connection broken by",
 )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import uvicorn
+from fastapi import FastAPI
 
 from gpusched.contracts.health import Dependency, service_health
 from gpusched.contracts.tokens import TokenFile
@@ -16,9 +17,9 @@ from gpusched.sink.clickhouse_http import AnalystEngine, mount_clickhouse_http
 from gpusched.sink.consumer import Sink, SinkStats
 from gpusched.sink.settings import SinkSettings
 from gpusched.sink.sql import sql_app
-from gpusched.store import Store, StoreSettings, connect
+from gpusched.store import Store, StoreSettings, UnsupportedDsn, connect
 
-__all__ = ["run_sink"]
+__all__ = ["run_sink", "serve_store"]
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +67,32 @@ async def run_sink(
         if server is not None:
             server.should_exit = True
             await serving
+
+
+async def serve_store(
+    settings: SinkSettings, store_settings: StoreSettings, stop: asyncio.Event | None = None
+) -> None:
+    """Serve the embedded store of ``store_settings`` (a ``chdb://`` DSN), writable, over
+    ClickHouse's HTTP interface until ``stop``: other processes reach it with an
+    ``http://`` DSN, as they would a ClickHouse server."""
+    stop = stop or asyncio.Event()
+    if urlsplit(store_settings.dsn).scheme != "chdb":
+        shown = store_settings.shown_dsn
+        raise UnsupportedDsn(f"gpusched store-server serves an embedded store, not {shown}")
+    app = FastAPI(title="gpusched store-server", docs_url=None, redoc_url=None, openapi_url=None)
+    engine = AnalystEngine(store_settings.dsn, store_settings.database, settings, writable=True)
+    mount_clickhouse_http(app, engine, None, settings.store_server_password)
+    config = uvicorn.Config(
+        app, host=settings.store_server_host, port=settings.store_server_port, log_level="warning"
+    )
+    server = _Server(config)
+    serving = asyncio.create_task(server.serve())
+    log.info(
+        "the store %s, writable, on http://%s:%d (ClickHouse's HTTP interface)",
+        store_settings.shown_dsn, settings.store_server_host, settings.store_server_port,
+    )  # fmt: skip
+    try:
+        await stop.wait()
+    finally:
+        server.should_exit = True
+        await serving

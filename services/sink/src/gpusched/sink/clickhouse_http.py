@@ -24,23 +24,38 @@ with the limits of the sink's settings (time, memory, result rows, threads) set 
 ``readonly``, so a query can neither write nor lift them. They share no lock with the
 sink's inserts: a heavy query slows ingestion only by the cores it takes
 (``sink_query_max_threads``).
+
+**Writable** (``AnalystEngine(..., writable=True)``, served by ``gpusched store-server``):
+the same interface as a ClickHouse server gives its clients, so that processes other than
+the one owning the embedded store can write into it (the sink in server-DSN mode, the
+store-outage fault test): no limits and no ``readonly``; the request's settings
+parameters apply to its query (``SET`` before it, ``DEFAULT`` after); an ``INSERT ...
+FORMAT F`` in the ``query`` parameter takes its rows from the body (spooled to a file the
+engine reads with ``file()``, its structure the insert's columns), decoded per
+``Content-Encoding`` (lz4 frames, as clickhouse-connect sends, gzip, deflate, identity) or
+``decompress=1``. Its credential is one password (any user name), or none.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import json
 import re
+import threading
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import chdb
+import lz4.frame
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
@@ -48,9 +63,20 @@ from gpusched.contracts.tokens import TokenFile
 from gpusched.sink.compressed import compress, decompress
 from gpusched.sink.settings import SinkSettings
 
-__all__ = ["AnalystEngine", "mount_clickhouse_http"]
+__all__ = ["AnalystEngine", "Query", "mount_clickhouse_http"]
 
 _FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
+# an insert whose rows are the request's body: INSERT INTO <table> [(columns)] FORMAT F
+_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(.+?)\s+FORMAT\s+(\w+)\s*;?\s*$", re.I | re.S)
+_LEADING_INSERT = re.compile(
+    rb"^\s*INSERT\s+INTO\s+([^\n]+?)\s+FORMAT\s+(\w+)[ \t]*\r?\n", re.IGNORECASE
+)
+_SETTING = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DECODE = {
+    "": lambda b: b, "identity": lambda b: b, "lz4": lz4.frame.decompress,
+    "gzip": gzip.decompress, "x-gzip": gzip.decompress, "deflate": zlib.decompress,
+}  # fmt: skip
+_READERS = 16  # read-only connections kept, one per set of settings
 _CODE = re.compile(r"Code: (\d+)\.")
 _NAME = re.compile(r"\(([A-Z_]+)\)(?: \(version [^)]*\))?\.?\s*$")
 # parameters of the HTTP interface itself, not settings of the query
@@ -127,65 +153,146 @@ class Answer:
     rows_read: int
     bytes_read: int
     elapsed_s: float
+    rows_written: int = 0
+    bytes_written: int = 0
 
 
 class AnalystEngine:
-    """A few engine connections, each read-only with the limits set first; a query takes
-    one (waiting while all are busy) and gives it back."""
+    """A few engine connections, each read-only with the limits set first (or, writable,
+    with neither); a query takes one (waiting while all are busy) and gives it back."""
 
-    def __init__(self, dsn: str, database: str, settings: SinkSettings) -> None:
+    def __init__(
+        self, dsn: str, database: str, settings: SinkSettings, writable: bool = False
+    ) -> None:
         self.path = urlsplit(dsn).path or urlsplit(dsn).netloc
         self.database = database
-        self.limits = {**settings.query_limits(), "max_threads": settings.sink_query_max_threads}
+        self.writable = writable
+        self.limits = (
+            {} if writable
+            else {**settings.query_limits(), "max_threads": settings.sink_query_max_threads}
+        )  # fmt: skip
         self._free: asyncio.Queue[Any] = asyncio.Queue()
         for _ in range(settings.sink_query_workers):
             self._free.put_nowait(None)  # a connection is made on first use
         self.timezone = "UTC"
+        self._readers: dict[tuple[tuple[str, str], ...], Any] = {}
+        self._reading = threading.Lock()
+        # an insert's rows wait in a file beside the engine's data until it reads them
+        self._spool = Path(self.path, "gpusched-spool") if writable else None
+        if self._spool is not None:
+            self._spool.mkdir(parents=True, exist_ok=True)
+            for left in self._spool.iterdir():  # a killed server's, never inserted
+                left.unlink()
 
-    def _open(self) -> Any:
+    def _open(self, limits: dict[str, Any], readonly: str = "") -> Any:
         conn = chdb.connect(self.path)  # type: ignore[no-untyped-call,unused-ignore]
-        limits = ", ".join(f"{k} = {v!r}" for k, v in self.limits.items())
-        conn.query(f"SET {limits}")
-        conn.query("SET readonly = 1")
+        if limits:
+            conn.query("SET " + ", ".join(f"{k} = {_literal(v)}" for k, v in limits.items()))
+        if not self.writable:
+            readonly = "1"
+        else:
+            conn.query(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+        if readonly:
+            conn.query(f"SET readonly = {_literal(readonly)}")
         conn.query(f"USE {self.database}")
         self.timezone = conn.query("SELECT timezone()", "TabSeparated").bytes().decode().strip()
         return conn
 
+    def _reader(self, settings: dict[str, str]) -> Any:
+        """A connection made read-only with ``settings`` (its ``readonly`` among them, set
+        last): once set, ``readonly`` cannot be undone, so each such set of settings has a
+        connection of its own (callers hold ``_reading``)."""
+        key = tuple(sorted(settings.items()))
+        if key not in self._readers:
+            if len(self._readers) >= _READERS:
+                self._readers.pop(next(iter(self._readers))).close()
+            others = {k: v for k, v in settings.items() if k != "readonly"}
+            self._readers[key] = self._open(others, settings["readonly"])
+        return self._readers[key]
+
     @contextmanager
-    def _on(self, conn: Any, database: str | None) -> Iterator[None]:
+    def _on(self, conn: Any, database: str | None, settings: dict[str, str]) -> Iterator[None]:
         if database and database != self.database:
             if not re.fullmatch(r"\w+", database):
                 raise QueryFailed(f"invalid database name {database!r}", 36, "BAD_ARGUMENTS")
             conn.query(f"USE {database}")
+        if settings:
+            values = ", ".join(f"{k} = {_literal(v)}" for k, v in settings.items())
+            conn.query(f"SET {values}")
         try:
             yield
         finally:
+            if settings:
+                conn.query("SET " + ", ".join(f"{k} = DEFAULT" for k in settings))
             if database and database != self.database:
                 conn.query(f"USE {self.database}")
 
-    def _run(
-        self, conn: Any, sql: str, fmt: str, params: dict[str, str], database: str | None
-    ) -> tuple[Any, Answer]:
+    def _run(self, conn: Any, request: Query) -> tuple[Any, Answer]:
+        spooled, reading = None, False
         try:
             if conn is None:
-                conn = self._open()
-            with self._on(conn, database):
-                result = conn.query(sql, fmt, params=params) if params else conn.query(sql, fmt)
+                conn = self._open(self.limits)
+            sql, on, settings = request.sql, conn, request.settings
+            if settings.get("readonly", "0") != "0":  # a reader's (the sink's /sql)
+                reading = self._reading.acquire()
+                on, settings = self._reader(settings), {}
+            if request.rows is not None:  # writable only: an insert's rows from the body
+                assert self._spool is not None
+                table, fmt = request.rows
+                spooled = self._spool / f"{uuid.uuid4().hex}.{fmt}"
+                spooled.write_bytes(request.body)
+                sql = f"INSERT INTO {table} SELECT * FROM file({_quoted(str(spooled))}, {fmt})"
+            with self._on(on, request.database, settings):
+                result = (
+                    on.query(sql, request.fmt, params=request.params) if request.params
+                    else on.query(sql, request.fmt)
+                )  # fmt: skip
         except Exception as exc:  # the engine's errors are ClickHouse's text
             raise QueryFailed(str(exc)) from exc
+        finally:
+            if reading:
+                self._reading.release()
+            if spooled is not None:
+                spooled.unlink(missing_ok=True)
         return conn, Answer(
-            result.bytes(), fmt, result.rows_read(), result.bytes_read(), result.elapsed()
-        )
+            result.bytes(), request.fmt, result.rows_read(), result.bytes_read(),
+            result.elapsed(), result.rows_written(), result.bytes_written(),
+        )  # fmt: skip
 
-    async def query(
-        self, sql: str, fmt: str, params: dict[str, str], database: str | None
-    ) -> Answer:
+    async def query(self, request: Query) -> Answer:
         conn = await self._free.get()
         try:
-            conn, answer = await asyncio.to_thread(self._run, conn, sql, fmt, params, database)
+            conn, answer = await asyncio.to_thread(self._run, conn, request)
         finally:
             self._free.put_nowait(conn)
         return answer
+
+
+@dataclass
+class Query:
+    """One request: its SQL, output format, ``{name:Type}`` parameters, database, and
+    (writable only) settings and an insert's rows: (table and columns, format) with the
+    body."""
+
+    sql: str
+    fmt: str
+    params: dict[str, str]
+    database: str | None
+    settings: dict[str, str]
+    rows: tuple[str, str] | None = None
+    body: bytes = b""
+
+
+def _literal(value: Any) -> str:
+    """A setting's value as ClickHouse reads it: a number as such, anything else quoted."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return repr(value)
+    return _quoted(str(value))
+
+
+def _quoted(value: str) -> str:
+    """A ClickHouse string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _credentials(request: Request) -> str | None:
@@ -200,6 +307,22 @@ def _credentials(request: Request) -> str | None:
     return request.headers.get("x-clickhouse-key") or request.query_params.get("password")
 
 
+def _decoded(body: bytes, encoding: str, args: Any) -> bytes:
+    """The request body without its HTTP content encoding and ClickHouse's compression."""
+    decode = _DECODE.get(encoding.strip().lower())
+    if decode is None:
+        raise QueryFailed(
+            f"Unknown Content-Encoding {encoding!r}", 1001, "UNKNOWN_COMPRESSION_METHOD"
+        )
+    try:
+        body = decode(body) if body else body
+        if args.get("decompress") == "1" and body:
+            body = decompress(body)
+    except (ValueError, RuntimeError, OSError, zlib.error) as exc:
+        raise QueryFailed(str(exc), 271, "CANNOT_DECOMPRESS") from exc
+    return body
+
+
 def _error(exc: QueryFailed, query_id: str) -> Response:
     return PlainTextResponse(
         exc.text + "\n",
@@ -208,8 +331,24 @@ def _error(exc: QueryFailed, query_id: str) -> Response:
     )
 
 
-def mount_clickhouse_http(app: FastAPI, engine: AnalystEngine, tokens: TokenFile) -> None:
-    """Serve ClickHouse's HTTP interface on ``app``'s ``/`` and ``/ping``."""
+def mount_clickhouse_http(
+    app: FastAPI, engine: AnalystEngine, tokens: TokenFile | None, password: str = ""
+) -> None:
+    """Serve ClickHouse's HTTP interface on ``app``'s ``/`` and ``/ping``: credentials are
+    gpusched tokens, or with ``tokens`` None the one ``password`` (none when empty)."""
+
+    def refused(token: str | None) -> QueryFailed | None:
+        if tokens is None:
+            if password and token != password:
+                return QueryFailed("wrong password", 516, "AUTHENTICATION_FAILED")
+            return None
+        if not token:
+            return QueryFailed(
+                "a gpusched token is required as the password", 194, "REQUIRED_PASSWORD"
+            )
+        if tokens.identify(token) is None:
+            return QueryFailed("unknown, malformed or revoked token", 516, "AUTHENTICATION_FAILED")
+        return None
 
     @app.get("/ping", include_in_schema=False)
     async def ping() -> PlainTextResponse:
@@ -220,52 +359,59 @@ def mount_clickhouse_http(app: FastAPI, engine: AnalystEngine, tokens: TokenFile
         args = request.query_params
         query_id = args.get("query_id") or str(uuid.uuid4())
         body = b"" if request.method != "POST" else await request.body()
-        if args.get("decompress") == "1" and body:
-            try:
-                body = decompress(body)
-            except ValueError as exc:
-                return _error(QueryFailed(str(exc), 271, "CANNOT_DECOMPRESS"), query_id)
-        text = body.decode("utf-8", errors="replace")  # a query is text; bad bytes show as such
-        sql = "\n".join(part for part in (args.get("query", ""), text) if part.strip())
+        try:
+            body = _decoded(body, request.headers.get("content-encoding", ""), args)
+        except QueryFailed as exc:
+            return _error(exc, query_id)
+        inserts = _INSERT.match(args.get("query", "")) if engine.writable and body else None
+        leading = _LEADING_INSERT.match(body) if engine.writable and not inserts else None
+        if inserts:  # the body is the insert's rows
+            sql, rows = args["query"], (inserts.group(1), inserts.group(2))
+        elif leading:  # the insert's first line, then its rows (clickhouse-connect's Native)
+            sql = leading.group(0).decode().strip()
+            rows = (leading.group(1).decode(), leading.group(2).decode())
+            body = body[leading.end() :]
+        else:
+            text = body.decode("utf-8", errors="replace")  # a query is text; bad bytes show
+            sql = "\n".join(part for part in (args.get("query", ""), text) if part.strip())
+            rows, body = None, b""
         if not sql.strip():
             return PlainTextResponse("Ok.\n")
-        token = _credentials(request)
-        if not token:
-            return _error(
-                QueryFailed("a gpusched token is required as the password", 194,
-                            "REQUIRED_PASSWORD"), query_id)  # fmt: skip
-        who = tokens.identify(token)
-        if who is None:
-            return _error(
-                QueryFailed("unknown, malformed or revoked token", 516, "AUTHENTICATION_FAILED"),
-                query_id,
-            )
+        failed = refused(_credentials(request))
+        if failed is not None:
+            return _error(failed, query_id)
         unknown = sorted(k for k in args if k not in _OWN and not k.startswith("param_"))
-        if unknown:
+        if unknown and not engine.writable:
             return _error(
                 QueryFailed(
                     f"Cannot modify '{unknown[0]}' setting in readonly mode: the limits of "
                     "this store are fixed (GPUSCHED_SINK_QUERY_*)", 164, "READONLY"
                 ), query_id,
             )  # fmt: skip
+        bad = [k for k in unknown if not _SETTING.match(k)]
+        if bad:
+            failed = QueryFailed(f"Unknown setting '{bad[0]}'", 115, "UNKNOWN_SETTING")
+            return _error(failed, query_id)
         fmt = (
             args.get("default_format") or request.headers.get("x-clickhouse-format")
             or "TabSeparated"
         )  # fmt: skip
         database = args.get("database") or request.headers.get("x-clickhouse-database")
-        named = _FORMAT.search(sql)
+        named = _FORMAT.search(sql) if rows is None else None
         shown = named.group(1) if named else fmt
         params = {k[6:]: v for k, v in args.items() if k.startswith("param_")}
         started = time.monotonic()
         try:
-            answer = await engine.query(sql, fmt, params, database)
+            answer = await engine.query(
+                Query(sql, fmt, params, database, {k: args[k] for k in unknown}, rows, body)
+            )
         except QueryFailed as exc:
             return _error(exc, query_id)
         summary = {
             "read_rows": str(answer.rows_read),
             "read_bytes": str(answer.bytes_read),
-            "written_rows": "0",
-            "written_bytes": "0",
+            "written_rows": str(answer.rows_written),
+            "written_bytes": str(answer.bytes_written),
             "total_rows_to_read": str(answer.rows_read),
             "result_bytes": str(len(answer.body)),
             "elapsed_ns": str(int((time.monotonic() - started) * 1e9)),

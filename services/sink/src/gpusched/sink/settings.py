@@ -69,6 +69,19 @@ class SinkSettings(KafkaSettings, TokenFileSettings):
             "result_overflow_mode": self.sink_query_result_overflow_mode,
         }
 
+    store_server_host: str = Field(
+        default="127.0.0.1",
+        description="address of gpusched store-server: the embedded store, writable, over "
+        "ClickHouse's HTTP interface",
+    )
+    store_server_port: int = Field(
+        default=18124, ge=1, le=65535, description="port of gpusched store-server"
+    )
+    store_server_password: str = Field(
+        default="",
+        description="the password (any user name) gpusched store-server asks for (empty: none)",
+    )
+
     sink_failpoint: Literal["", "after_insert"] = Field(
         default="",
         description="fault tests only: after_insert = exit at once after inserting a batch, "
