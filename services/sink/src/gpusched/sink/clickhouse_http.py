@@ -29,9 +29,12 @@ sink's inserts: a heavy query slows ingestion only by the cores it takes
 the same interface as a ClickHouse server gives its clients, so that processes other than
 the one owning the embedded store can write into it (the sink in server-DSN mode, the
 store-outage fault test): no limits and no ``readonly``; the request's settings
-parameters apply to its query (``SET`` before it, ``DEFAULT`` after); an ``INSERT ...
-FORMAT F`` in the ``query`` parameter takes its rows from the body (spooled to a file the
-engine reads with ``file()``, its structure the insert's columns), decoded per
+parameters apply to its query (``SET`` before it, ``DEFAULT`` after), except that a
+request with ``readonly`` (which cannot be undone once set: the sink's ``/sql`` reader
+sends it) runs on a read-only connection kept for its set of settings; an ``INSERT ...
+FORMAT F`` in the ``query`` parameter, or as the body's first line (clickhouse-connect's
+``Native`` inserts), takes its rows from the body (spooled to a file the engine reads
+with ``file()``, its structure the insert's columns), decoded per
 ``Content-Encoding`` (lz4 frames, as clickhouse-connect sends, gzip, deflate, identity) or
 ``decompress=1``. Its credential is one password (any user name), or none.
 """
