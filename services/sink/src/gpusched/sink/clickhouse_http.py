@@ -43,13 +43,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gzip
 import json
 import re
 import threading
 import time
 import uuid
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,30 +56,26 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import chdb
-import lz4.frame
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from gpusched.contracts.tokens import TokenFile
-from gpusched.sink.compressed import compress, decompress
+from gpusched.sink.clickhouse_request import (
+    Query,
+    QueryFailed,
+    decoded_body,
+    insert_rows,
+    literal,
+    quoted,
+)
+from gpusched.sink.compressed import compress
 from gpusched.sink.settings import SinkSettings
 
-__all__ = ["AnalystEngine", "Query", "mount_clickhouse_http"]
+__all__ = ["AnalystEngine", "mount_clickhouse_http"]
 
 _FORMAT = re.compile(r"\bFORMAT\s+(\w+)\s*;?\s*$", re.IGNORECASE)
-# an insert whose rows are the request's body: INSERT INTO <table> [(columns)] FORMAT F
-_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(.+?)\s+FORMAT\s+(\w+)\s*;?\s*$", re.I | re.S)
-_LEADING_INSERT = re.compile(
-    rb"^\s*INSERT\s+INTO\s+([^\n]+?)\s+FORMAT\s+(\w+)[ \t]*\r?\n", re.IGNORECASE
-)
 _SETTING = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DECODE = {
-    "": lambda b: b, "identity": lambda b: b, "lz4": lz4.frame.decompress,
-    "gzip": gzip.decompress, "x-gzip": gzip.decompress, "deflate": zlib.decompress,
-}  # fmt: skip
 _READERS = 16  # read-only connections kept, one per set of settings
-_CODE = re.compile(r"Code: (\d+)\.")
-_NAME = re.compile(r"\(([A-Z_]+)\)(?: \(version [^)]*\))?\.?\s*$")
 # parameters of the HTTP interface itself, not settings of the query
 _OWN = frozenset(
     {
@@ -92,61 +86,12 @@ _OWN = frozenset(
         "http_headers_progress_interval_ms", "http_response_buffer_size",
     }
 )  # fmt: skip
-# ClickHouse's server answers these error names with these statuses (exceptionCodeToHTTPStatus)
-_STATUS = {
-    **dict.fromkeys(("REQUIRED_PASSWORD",), 401),
-    **dict.fromkeys(
-        ("UNKNOWN_USER", "WRONG_PASSWORD", "AUTHENTICATION_FAILED", "ACCESS_DENIED"), 403
-    ),
-    **dict.fromkeys(
-        (
-            "BAD_ARGUMENTS", "CANNOT_PARSE_TEXT", "CANNOT_PARSE_QUOTED_STRING",
-            "CANNOT_PARSE_DATE", "CANNOT_PARSE_DATETIME", "CANNOT_PARSE_NUMBER",
-            "CANNOT_PARSE_INPUT_ASSERTION_FAILED", "DUPLICATE_COLUMN", "ILLEGAL_COLUMN",
-            "THERE_IS_NO_COLUMN", "SYNTAX_ERROR", "INCORRECT_DATA", "TYPE_MISMATCH",
-            "TOO_DEEP_AST", "TOO_BIG_AST",
-        ),
-        400,
-    ),
-    **dict.fromkeys(
-        (
-            "UNKNOWN_TABLE", "UNKNOWN_FUNCTION", "UNKNOWN_IDENTIFIER", "UNKNOWN_TYPE",
-            "UNKNOWN_STORAGE", "UNKNOWN_DATABASE", "UNKNOWN_SETTING", "UNKNOWN_FORMAT",
-            "UNKNOWN_AGGREGATE_FUNCTION", "UNKNOWN_TYPE_OF_QUERY",
-        ),
-        404,
-    ),
-    "QUERY_IS_TOO_LARGE": 413,
-    "NOT_IMPLEMENTED": 501,
-    "TIMEOUT_EXCEEDED": 408,
-}  # fmt: skip
 _CONTENT_TYPES = {
     "TabSeparated": "text/tab-separated-values; charset=UTF-8",
     "CSV": "text/csv; charset=UTF-8; header=absent",
     "CSVWithNames": "text/csv; charset=UTF-8; header=present",
     "JSONEachRow": "application/x-ndjson; charset=UTF-8",
 }
-
-
-class QueryFailed(Exception):
-    """A ClickHouse error: its code, name and text as the server would send them."""
-
-    def __init__(self, message: str, code: int | None = None, name: str | None = None) -> None:
-        text = message.strip()
-        found = _CODE.findall(text)
-        self.code = code if code is not None else int(found[0]) if found else 1001
-        named = _NAME.search(text)
-        self.name = name or (named.group(1) if named else "STD_EXCEPTION")
-        # the embedded engine repeats "Code: N. DB::Exception: " when it rethrows
-        prefix = f"Code: {self.code}. DB::Exception: "
-        while text.startswith(prefix + prefix):
-            text = text[len(prefix) :]
-        self.text = text if text.startswith("Code:") else f"{prefix}{text} ({self.name})"
-        super().__init__(self.text)
-
-    @property
-    def status(self) -> int:
-        return _STATUS.get(self.name, 500)
 
 
 @dataclass
@@ -190,13 +135,13 @@ class AnalystEngine:
     def _open(self, limits: dict[str, Any], readonly: str = "") -> Any:
         conn = chdb.connect(self.path)  # type: ignore[no-untyped-call,unused-ignore]
         if limits:
-            conn.query("SET " + ", ".join(f"{k} = {_literal(v)}" for k, v in limits.items()))
+            conn.query("SET " + ", ".join(f"{k} = {literal(v)}" for k, v in limits.items()))
         if not self.writable:
             readonly = "1"
         else:
             conn.query(f"CREATE DATABASE IF NOT EXISTS {self.database}")
         if readonly:
-            conn.query(f"SET readonly = {_literal(readonly)}")
+            conn.query(f"SET readonly = {literal(readonly)}")
         conn.query(f"USE {self.database}")
         self.timezone = conn.query("SELECT timezone()", "TabSeparated").bytes().decode().strip()
         return conn
@@ -220,7 +165,7 @@ class AnalystEngine:
                 raise QueryFailed(f"invalid database name {database!r}", 36, "BAD_ARGUMENTS")
             conn.query(f"USE {database}")
         if settings:
-            values = ", ".join(f"{k} = {_literal(v)}" for k, v in settings.items())
+            values = ", ".join(f"{k} = {literal(v)}" for k, v in settings.items())
             conn.query(f"SET {values}")
         try:
             yield
@@ -244,7 +189,7 @@ class AnalystEngine:
                 table, fmt = request.rows
                 spooled = self._spool / f"{uuid.uuid4().hex}.{fmt}"
                 spooled.write_bytes(request.body)
-                sql = f"INSERT INTO {table} SELECT * FROM file({_quoted(str(spooled))}, {fmt})"
+                sql = f"INSERT INTO {table} SELECT * FROM file({quoted(str(spooled))}, {fmt})"
             with self._on(on, request.database, settings):
                 result = (
                     on.query(sql, request.fmt, params=request.params) if request.params
@@ -271,33 +216,6 @@ class AnalystEngine:
         return answer
 
 
-@dataclass
-class Query:
-    """One request: its SQL, output format, ``{name:Type}`` parameters, database, and
-    (writable only) settings and an insert's rows: (table and columns, format) with the
-    body."""
-
-    sql: str
-    fmt: str
-    params: dict[str, str]
-    database: str | None
-    settings: dict[str, str]
-    rows: tuple[str, str] | None = None
-    body: bytes = b""
-
-
-def _literal(value: Any) -> str:
-    """A setting's value as ClickHouse reads it: a number as such, anything else quoted."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return repr(value)
-    return _quoted(str(value))
-
-
-def _quoted(value: str) -> str:
-    """A ClickHouse string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _credentials(request: Request) -> str | None:
     """The password (a gpusched token) from basic auth, the X-ClickHouse-Key header or
     the ``password`` parameter."""
@@ -308,22 +226,6 @@ def _credentials(request: Request) -> str | None:
         except (ValueError, UnicodeDecodeError):
             return None
     return request.headers.get("x-clickhouse-key") or request.query_params.get("password")
-
-
-def _decoded(body: bytes, encoding: str, args: Any) -> bytes:
-    """The request body without its HTTP content encoding and ClickHouse's compression."""
-    decode = _DECODE.get(encoding.strip().lower())
-    if decode is None:
-        raise QueryFailed(
-            f"Unknown Content-Encoding {encoding!r}", 1001, "UNKNOWN_COMPRESSION_METHOD"
-        )
-    try:
-        body = decode(body) if body else body
-        if args.get("decompress") == "1" and body:
-            body = decompress(body)
-    except (ValueError, RuntimeError, OSError, zlib.error) as exc:
-        raise QueryFailed(str(exc), 271, "CANNOT_DECOMPRESS") from exc
-    return body
 
 
 def _error(exc: QueryFailed, query_id: str) -> Response:
@@ -363,17 +265,12 @@ def mount_clickhouse_http(
         query_id = args.get("query_id") or str(uuid.uuid4())
         body = b"" if request.method != "POST" else await request.body()
         try:
-            body = _decoded(body, request.headers.get("content-encoding", ""), args)
+            body = decoded_body(body, request.headers.get("content-encoding", ""), args)
         except QueryFailed as exc:
             return _error(exc, query_id)
-        inserts = _INSERT.match(args.get("query", "")) if engine.writable and body else None
-        leading = _LEADING_INSERT.match(body) if engine.writable and not inserts else None
-        if inserts:  # the body is the insert's rows
-            sql, rows = args["query"], (inserts.group(1), inserts.group(2))
-        elif leading:  # the insert's first line, then its rows (clickhouse-connect's Native)
-            sql = leading.group(0).decode().strip()
-            rows = (leading.group(1).decode(), leading.group(2).decode())
-            body = body[leading.end() :]
+        insert = insert_rows(args.get("query", ""), body) if engine.writable else None
+        if insert is not None:
+            sql, rows, body = insert
         else:
             text = body.decode("utf-8", errors="replace")  # a query is text; bad bytes show
             sql = "\n".join(part for part in (args.get("query", ""), text) if part.strip())
