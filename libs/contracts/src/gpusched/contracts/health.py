@@ -31,8 +31,8 @@ __all__ = ["Dependency", "HealthServer", "kafka_dependency", "service_health", "
 
 # aiokafka's loggers log every failed retry while a broker is away (hundreds of lines a
 # minute per client), and clickhouse-connect's (through urllib3) every failed call while a
-# store server is; ``watch_kafka`` and a store's ``Dependency`` say it once instead, and
-# these are held back
+# store server is; the ``Dependency`` they serve says it once instead (watched by
+# ``watch_kafka`` for the broker), and these are held back from the moment one exists
 _RETRY_LOGGERS = (
     "aiokafka",
     "aiokafka.conn",
@@ -68,6 +68,8 @@ class Dependency:
 
     def __init__(self, name: str, address: str, log: logging.Logger) -> None:
         self.name, self.address, self.log = name, address, log
+        for logger in _RETRY_LOGGERS:  # this says it once; theirs are held back
+            logging.getLogger(logger).addFilter(_FILTER)  # a filter is added only once
         self.up = True
         self.error: str | None = None
         self.since = time.time()
@@ -104,8 +106,6 @@ async def watch_kafka(kafka: KafkaSettings, dependency: Dependency, every_s: flo
     aiokafka's own per-retry connection errors are held back from this process's log, so
     that it says once that the broker went and once that it is back. Runs until
     cancelled."""
-    for name in _RETRY_LOGGERS:
-        logging.getLogger(name).addFilter(_FILTER)  # once: a filter is added only once
     client = AIOKafkaClient(**client_options(kafka), request_timeout_ms=int(every_s * 1000))
     started = False
     try:

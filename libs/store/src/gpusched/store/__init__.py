@@ -1,5 +1,6 @@
 """gpusched.store: ClickHouse schema, migrations and event writer (clickhouse-connect only)."""
 
+from gpusched.store.cluster import quoted
 from gpusched.store.connection import connect
 from gpusched.store.errors import MigrationError, StoreError, UnsupportedDsn
 from gpusched.store.migrations import Migration, applied_migrations, load_migrations, migrate
@@ -29,6 +30,7 @@ __all__ = [
     "load_migrations",
     "migrate",
     "query_pack",
+    "quoted",
     "read_query",
     "table_for",
 ]

@@ -31,7 +31,7 @@ import re
 
 from gpusched.store.errors import MigrationError
 
-__all__ = ["database_ddl", "for_cluster", "insert_settings"]
+__all__ = ["database_ddl", "for_cluster", "insert_settings", "quoted"]
 
 _CREATE = re.compile(
     r"^CREATE TABLE IF NOT EXISTS\s+(?P<name>\w+)\s*\((?P<columns>.*)\)\s*"
@@ -50,15 +50,16 @@ _ALTER = re.compile(r"^ALTER TABLE\s+(?P<name>\w+)\s+(?P<change>.*)$", re.DOTALL
 _WINDOW = re.compile(r"^MODIFY SETTING non_replicated_deduplication_window\s*=\s*(\d+)$")
 
 
-def _quoted(text: str) -> str:
+def quoted(text: str) -> str:
+    """A ClickHouse string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def database_ddl(database: str, cluster: str) -> str:
     """The Replicated database, on every server of ``cluster``."""
-    path = _quoted(f"/clickhouse/databases/{database}")
+    path = quoted(f"/clickhouse/databases/{database}")
     return (
-        f"CREATE DATABASE IF NOT EXISTS {database} ON CLUSTER {_quoted(cluster)} "
+        f"CREATE DATABASE IF NOT EXISTS {database} ON CLUSTER {quoted(cluster)} "
         f"ENGINE = Replicated({path}, '{{shard}}', '{{replica}}')"
     )
 
@@ -113,7 +114,7 @@ def _table(match: re.Match[str], cluster: str) -> list[str]:
     )
     distributed = (
         f"CREATE TABLE IF NOT EXISTS {name} AS {name}_local "
-        f"ENGINE = Distributed({_quoted(cluster)}, currentDatabase(), '{name}_local', "
+        f"ENGINE = Distributed({quoted(cluster)}, currentDatabase(), '{name}_local', "
         f"cityHash64({order.group(1)}))"
     )
     return [local, distributed]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit
 
 import uvicorn
@@ -33,6 +33,18 @@ class _Server(uvicorn.Server):
         yield
 
 
+@contextlib.asynccontextmanager
+async def _serving(app: FastAPI, host: str, port: int) -> AsyncIterator[None]:
+    """``app`` served on ``host:port`` while inside; stopped (requests finished) on exit."""
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        await serving
+
+
 async def run_sink(
     settings: SinkSettings, store_settings: StoreSettings, stop: asyncio.Event | None = None
 ) -> SinkStats:
@@ -40,33 +52,21 @@ async def run_sink(
     /sql, and ClickHouse's HTTP interface on / for an embedded store."""
     stop = stop or asyncio.Event()
     store = Store.open(store_settings)
-    server = None
-    if settings.sink_sql_port:
-        app = sql_app(connect(store_settings.dsn, store_settings.database), settings.query_limits())
-        if urlsplit(store_settings.dsn).scheme == "chdb":
-            engine = AnalystEngine(store_settings.dsn, store_settings.database, settings)
-            mount_clickhouse_http(app, engine, TokenFile(settings.api_tokens_file))
-        config = uvicorn.Config(
-            app,
-            host=settings.sink_sql_host,
-            port=settings.sink_sql_port,
-            log_level="warning",
-        )
-        server = _Server(config)
-        serving = asyncio.create_task(server.serve())
-        log.info(
-            "read-only SQL on http://%s:%d/sql and / (ClickHouse's HTTP interface)",
-            settings.sink_sql_host,
-            settings.sink_sql_port,
-        )
-    store_state = Dependency("the store (ClickHouse)", store_settings.shown_dsn, log)
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        if settings.sink_sql_port:
+            app = sql_app(
+                connect(store_settings.dsn, store_settings.database), settings.query_limits()
+            )
+            if urlsplit(store_settings.dsn).scheme == "chdb":
+                engine = AnalystEngine(store_settings.dsn, store_settings.database, settings)
+                mount_clickhouse_http(app, engine, TokenFile(settings.api_tokens_file))
+            host, port = settings.sink_sql_host, settings.sink_sql_port
+            await stack.enter_async_context(_serving(app, host, port))
+            log.info("read-only SQL on http://%s:%d/sql and / (ClickHouse's HTTP interface)",
+                     host, port)  # fmt: skip
+        store_state = Dependency("the store (ClickHouse)", store_settings.shown_dsn, log)
         async with service_health(settings, "sink", log, store_state):
             return await Sink(settings, store, store_state).run(stop)
-    finally:
-        if server is not None:
-            server.should_exit = True
-            await serving
 
 
 async def serve_store(
@@ -82,17 +82,8 @@ async def serve_store(
     app = FastAPI(title="gpusched store-server", docs_url=None, redoc_url=None, openapi_url=None)
     engine = AnalystEngine(store_settings.dsn, store_settings.database, settings, writable=True)
     mount_clickhouse_http(app, engine, None, settings.store_server_password)
-    config = uvicorn.Config(
-        app, host=settings.store_server_host, port=settings.store_server_port, log_level="warning"
-    )
-    server = _Server(config)
-    serving = asyncio.create_task(server.serve())
-    log.info(
-        "the store %s, writable, on http://%s:%d (ClickHouse's HTTP interface)",
-        store_settings.shown_dsn, settings.store_server_host, settings.store_server_port,
-    )  # fmt: skip
-    try:
+    host, port = settings.store_server_host, settings.store_server_port
+    async with _serving(app, host, port):
+        log.info("the store %s, writable, on http://%s:%d (ClickHouse's HTTP interface)",
+                 store_settings.shown_dsn, host, port)  # fmt: skip
         await stop.wait()
-    finally:
-        server.should_exit = True
-        await serving

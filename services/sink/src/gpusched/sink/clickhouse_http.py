@@ -66,10 +66,10 @@ from gpusched.sink.clickhouse_request import (
     decoded_body,
     insert_rows,
     literal,
-    quoted,
 )
 from gpusched.sink.compressed import compress
 from gpusched.sink.settings import SinkSettings
+from gpusched.store import quoted
 
 __all__ = ["AnalystEngine", "mount_clickhouse_http"]
 
@@ -136,10 +136,9 @@ class AnalystEngine:
         conn = chdb.connect(self.path)  # type: ignore[no-untyped-call,unused-ignore]
         if limits:
             conn.query("SET " + ", ".join(f"{k} = {literal(v)}" for k, v in limits.items()))
-        if not self.writable:
-            readonly = "1"
-        else:
+        if self.writable:
             conn.query(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+        readonly = readonly or ("" if self.writable else "1")
         if readonly:
             conn.query(f"SET readonly = {literal(readonly)}")
         conn.query(f"USE {self.database}")

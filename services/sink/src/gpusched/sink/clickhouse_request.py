@@ -13,8 +13,9 @@ from typing import Any
 import lz4.frame
 
 from gpusched.sink.compressed import decompress
+from gpusched.store import quoted
 
-__all__ = ["Query", "QueryFailed", "decoded_body", "insert_rows", "literal", "quoted"]
+__all__ = ["Query", "QueryFailed", "decoded_body", "insert_rows", "literal"]
 
 # an insert whose rows are the request's body: INSERT INTO <table> [(columns)] FORMAT F
 _INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(.+?)\s+FORMAT\s+(\w+)\s*;?\s*$", re.I | re.S)
@@ -98,11 +99,6 @@ def literal(value: Any) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return repr(value)
     return quoted(str(value))
-
-
-def quoted(value: str) -> str:
-    """A ClickHouse string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def decoded_body(body: bytes, encoding: str, args: Any) -> bytes:
