@@ -1,9 +1,14 @@
 """Streaming pipeline throughput and latency on the real local broker.
 
 - ``processor_samples_per_s`` / ``sink_samples_per_s``: 200,000 samples (10,000 GPUs x 20
-  rounds) are put on the telemetry topic first; then one processor worker (one Faust
-  worker) and one sink drain them. The rate is read from each consumer group's committed
-  offsets, from its first commit to its last, so start-up is not counted.
+  rounds, stamped this hour: the telemetry table drops rows past its 30-day TTL as they
+  are inserted) are put on the telemetry topic first; then one sink and one processor
+  worker (one Faust worker) drain them, in turn. The rate is read from each consumer
+  group's committed offsets, from its first commit to its last, so start-up is not counted.
+- ``sink_mixed_samples_per_s`` / ``sink_mixed_events_per_s``: last, a fresh sink group on
+  all that the runs before left on the topics (the collector's samples after the 200,000,
+  the node views and priorities of the processor runs), until its first 200,000 samples
+  are committed: samples, and events of every topic, per second.
 - ``..._vs_raw_consume_ratio``: against a bare aiokafka consumer that only decodes the same
   messages, measured in the same run.
 - ``processor_samples_per_s_2_workers``: the same samples drained by two processor
@@ -82,19 +87,27 @@ async def _raw_rate(bootstrap: str, topic: str, total: int) -> float:
 
 async def _group_rate(bootstrap: str, group: str, topic: str, total: int) -> float:
     """Samples per second between a group's first and last commit on ``topic``."""
+    return (await _group_rates(bootstrap, group, topic, total))[0]
+
+
+async def _group_rates(bootstrap: str, group: str, topic: str, total: int) -> tuple[float, float]:
+    """(records of ``topic``, records of every topic) per second, between the group's first
+    commit and the one that reaches ``total`` records of ``topic``."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
-    first: tuple[float, int] | None = None
+    first: tuple[float, int, int] | None = None
     deadline = time.monotonic() + 600
     try:
         while time.monotonic() < deadline:
             offsets = await admin.list_consumer_group_offsets(group)
             done = sum(o.offset for tp, o in offsets.items() if tp.topic == topic and o.offset > 0)
+            every = sum(o.offset for o in offsets.values() if o.offset > 0)
             now = time.perf_counter()
             if done and first is None:
-                first = (now, done)
+                first = (now, done, every)
             if done >= total and first is not None:
-                return float(done - first[1]) / (now - first[0])
+                elapsed = now - first[0]
+                return (done - first[1]) / elapsed, (every - first[2]) / elapsed
             await asyncio.sleep(0.05)
         raise RuntimeError(f"{group} did not finish {total} samples")
     finally:
@@ -185,6 +198,19 @@ async def _log_append_time(bootstrap: str, topic: str) -> None:
         await admin.close()
 
 
+def _sink_rates(
+    bootstrap: str, prefix: str, env: dict[str, str], log: Path, total: int
+) -> tuple[float, float]:
+    """A fresh sink group's (samples, events of every topic) per second until its first
+    ``total`` samples are committed."""
+    group = f"{prefix}{env.get('GPUSCHED_SINK_GROUP_ID', 'gpusched-sink')}"
+    sink = start(["sink"], env, log)
+    try:
+        return asyncio.run(_group_rates(bootstrap, group, TELEMETRY.name(prefix), total))
+    finally:
+        stop(sink)
+
+
 def run() -> dict[str, float]:
     with broker_and_prefix() as (bootstrap, prefix):
         return _run(bootstrap, prefix)
@@ -206,6 +232,9 @@ def _run(bootstrap: str, prefix: str) -> dict[str, float]:
             "GPUSCHED_SINK_SQL_PORT": "0",
             "GPUSCHED_PROCESSOR_DATA_DIR": str(work / "proc"),
         }
+        # the sink first, on the samples alone (as the processor below)
+        sink_rate = _sink_rates(bootstrap, prefix, {**env, "GPUSCHED_SINK_GROUP_ID": "sink-1"},
+                                work / "sink-1.log", total)[0]  # fmt: skip
         processor = start(["process"], env, work / "process.log")
         try:
             proc_rate = asyncio.run(
@@ -240,16 +269,16 @@ def _run(bootstrap: str, prefix: str) -> dict[str, float]:
         finally:
             for worker in workers:
                 stop(worker)
-        sink = start(["sink"], env, work / "sink.log")
-        try:
-            sink_rate = asyncio.run(_group_rate(bootstrap, f"{prefix}gpusched-sink", topic, total))
-        finally:
-            stop(sink)
+        # last, on everything the runs above left: the collector's 250,000 samples after
+        # these, the node views and priorities of three processor runs
+        mixed_samples, mixed_events = _sink_rates(bootstrap, prefix, env, work / "sink.log", total)
     return {
         "processor_samples_per_s": proc_rate,
         "processor_samples_per_s_2_workers": two_rate,
         "processor_2_workers_vs_1_ratio": two_rate / proc_rate,
         "sink_samples_per_s": sink_rate,
+        "sink_mixed_samples_per_s": mixed_samples,
+        "sink_mixed_events_per_s": mixed_events,
         "raw_consume_decode_samples_per_s": raw,
         "processor_vs_raw_consume_ratio": proc_rate / raw,
         "sink_vs_raw_consume_ratio": sink_rate / raw,

@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 from gpusched.contracts import GpuTelemetrySample
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
+# Recent: the telemetry table keeps 30 days (TTL), and ClickHouse drops rows already past
+# their TTL as it inserts them, so older samples would bench an insert that writes nothing.
+T0 = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 
 
 def telemetry_samples(count: int, gpus: int) -> list[GpuTelemetrySample]:

@@ -13,6 +13,11 @@ was not committed: the sink reads exactly those ranges again as its first batch,
 token is the same and ClickHouse skips the blocks it already has, in the tables and in
 the hourly materialized view. (The raw tables would collapse a replay by event id anyway;
 the hourly aggregate could not.)
+
+A batch is decoded while the one before it is inserted, and inserted once that one is
+committed, so that at most one planned batch is ever uncommitted. A batch decoded across a
+rebalance is dropped and read again from the reset positions (its dead letters, if any,
+are then sent twice).
 """
 
 from __future__ import annotations
@@ -82,6 +87,12 @@ async def _measure_lag(consumer: AIOKafkaConsumer, prefix: str) -> None:
         CONSUMER_LAG.labels(topic=topic.removeprefix(prefix)).set(behind)
 
 
+async def _landed(landing: asyncio.Task[None] | None) -> None:
+    """Wait for a batch's insert and commit (nothing when there is none)."""
+    if landing is not None:
+        await landing
+
+
 def _ranges(batch: Sequence[ConsumerRecord]) -> list[OffsetRange]:
     spans: dict[tuple[str, int], tuple[int, int]] = {}
     for r in batch:
@@ -134,30 +145,54 @@ class Sink:
         joined = _OnAssign()
         consumer.subscribe([t.name(self.prefix) for t in TOPICS], listener=joined)
         await consumer.start()
+        landing: asyncio.Task[None] | None = None  # the previous batch's insert and commit
         try:
             while not stop.is_set():
                 if joined.assigned is not None:
+                    await _landed(landing)  # its commit comes before the replay's positions
                     assigned, joined.assigned = joined.assigned, None
                     batch = await self._replay(consumer, assigned, stop)
                 else:
                     batch = await self._collect(consumer, stop)
-                if batch:
-                    await self._write(batch, producer)
-                    if s.sink_failpoint == "after_insert":
-                        log.error("failpoint after_insert: exiting before the commit")
-                        os._exit(70)
-                    try:
-                        await consumer.commit()
-                    except KafkaError as exc:
-                        # the group moved on (a broker restart, a rebalance): the batch is
-                        # read again and collapses onto the rows written (event ids)
-                        log.warning("offsets not committed (%s); the batch will be replayed", exc)
-                    self.stats.batches += 1
-                    await _measure_lag(consumer, self.prefix)
+                if not batch:
+                    continue
+                # decoded while the previous batch is inserted (the engine runs in a
+                # thread, mostly without the GIL), inserted only once that one is
+                # committed: at most one planned batch is uncommitted at any time
+                events = await self._decoded(batch, producer)
+                await _landed(landing)
+                if joined.assigned is not None:
+                    continue  # a rebalance reset the positions: read again after the replay
+                landing = asyncio.create_task(self._land(consumer, events, _ranges(batch)))
+            await _landed(landing)
         finally:
+            if landing is not None and not landing.done():
+                landing.cancel()
             await consumer.stop()
             await producer.stop()
         return self.stats
+
+    async def _land(
+        self, consumer: AIOKafkaConsumer, events: list[BaseModel], ranges: list[OffsetRange]
+    ) -> None:
+        """Insert a decoded batch, then commit its offsets (those of its own records: the
+        consumer has read on)."""
+        written = await self._stored(self._insert, events, ranges)
+        for table, rows in written.items():
+            self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
+            INSERT_ROWS.labels(table=table).inc(rows)
+        if self.settings.sink_failpoint == "after_insert":
+            log.error("failpoint after_insert: exiting before the commit")
+            os._exit(70)
+        offsets = {TopicPartition(r.topic, r.partition): r.last + 1 for r in ranges}
+        try:
+            await consumer.commit(offsets)
+        except KafkaError as exc:
+            # the group moved on (a broker restart, a rebalance): the batch is read
+            # again and collapses onto the rows written (event ids)
+            log.warning("offsets not committed (%s); the batch will be replayed", exc)
+        self.stats.batches += 1
+        await _measure_lag(consumer, self.prefix)
 
     async def _collect(
         self, consumer: AIOKafkaConsumer, stop: asyncio.Event
@@ -210,7 +245,10 @@ class Sink:
         consumer.resume(*assigned)
         return batch
 
-    async def _write(self, batch: Sequence[ConsumerRecord], producer: Producer) -> None:
+    async def _decoded(
+        self, batch: Sequence[ConsumerRecord], producer: Producer
+    ) -> list[BaseModel]:
+        """The batch's valid events; the others dead-lettered (acknowledged) with why."""
         events: list[BaseModel] = []
         dead: list[tuple[str, DeadLetter]] = []
         BATCH_EVENTS.labels(consumer="sink").observe(len(batch))
@@ -235,11 +273,7 @@ class Sink:
                 DEAD_LETTERED.labels(topic=name.removeprefix(self.prefix)).inc()
             self.stats.dead_lettered += len(dead)
             log.warning("dead-lettered %d messages (last: %s)", len(dead), dead[-1][1].error)
-        ranges = _ranges(batch)
-        written = await self._stored(self._insert, events, ranges)
-        for table, rows in written.items():
-            self.stats.inserted[table] = self.stats.inserted.get(table, 0) + rows
-            INSERT_ROWS.labels(table=table).inc(rows)
+        return events
 
     async def _stored(self, call: Callable[..., T], *args: Any) -> T:
         """``call(*args)`` on the store in a thread, retried every few seconds while the
