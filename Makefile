@@ -10,10 +10,12 @@ RUN_ARGS ?=
 help: ## Show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set (these machines), every process
+# would compile its imports again: `gpusched --help` takes 3.8 s without the .pyc files, 1.5 s with.
 .PHONY: install
 install: ## Install uv (through pip) if missing and the locked Python deps (idempotent)
 	@command -v uv >/dev/null 2>&1 || python3 -m pip install --quiet uv
-	@$(UV) sync --frozen --quiet
+	@$(UV) sync --frozen --quiet --compile-bytecode
 
 .PHONY: run
 run: install ## Start the whole platform (broker, services, simulated cluster, API, openb replay); Ctrl-C stops it

@@ -24,6 +24,7 @@ from gpusched.contracts import (
     decode,
     encode,
 )
+from gpusched.contracts.producer import Producer
 from tests.builders import every_event
 
 pytestmark = pytest.mark.kafka
@@ -128,3 +129,34 @@ async def test_topics_exist_under_the_prefix_with_their_cleanup_policy(
     finally:
         await admin.close()
     assert policies == {VIEW: "compact", CONTROL: "compact", JOBS: "delete"}
+
+
+async def test_records_sent_in_batches_land_where_one_by_one_sends_put_them(
+    kafka_bootstrap: str, topic_prefix: str
+) -> None:
+    """``Producer.send_many`` partitions keys as ``send`` (the default partitioner) does:
+    a GPU's samples stay in one partition whichever way they were sent."""
+    keys = [f"GPU-{i:04d}".encode() for i in range(200)]
+    topic = TELEMETRY.name(topic_prefix)
+    producer = Producer(kafka_bootstrap, max_batch_size=4096)  # batches fill: several a partition
+    try:
+        sent = [await producer.send(topic, b"one", key=key) for key in keys]
+        sent += await producer.send_many(topic, [(key, b"batched") for key in keys])
+        await producer.delivered(sent)
+    finally:
+        await producer.stop()
+    placed: dict[bytes, dict[bytes, int]] = {b"one": {}, b"batched": {}}
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        async with asyncio.timeout(30):
+            while sum(map(len, placed.values())) < 2 * len(keys):
+                for tp, records in (await consumer.getmany(timeout_ms=500)).items():
+                    for r in records:
+                        placed[r.value or b""][r.key or b""] = tp.partition
+    finally:
+        await consumer.stop()
+    assert len(set(placed[b"batched"].values())) > 1
+    assert placed[b"batched"] == placed[b"one"]

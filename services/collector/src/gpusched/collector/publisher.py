@@ -10,7 +10,7 @@ the front of the buffer and is retried on the next drain.
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
+from collections import defaultdict, deque
 from collections.abc import Iterable
 
 from aiokafka.errors import KafkaError
@@ -19,7 +19,7 @@ from gpusched.contracts import GpuTelemetrySample, HostSample, encode
 from gpusched.contracts.metrics import PRODUCED
 from gpusched.contracts.producer import Producer
 from gpusched.contracts.settings import KafkaSettings
-from gpusched.contracts.topics import HOSTS, TELEMETRY
+from gpusched.contracts.topics import HOSTS, TELEMETRY, Topic
 
 __all__ = ["TelemetryPublisher"]
 
@@ -92,16 +92,16 @@ class TelemetryPublisher:
         return True
 
     async def _send(self, batch: list[Sample]) -> None:
-        futures = []
-        sent: Counter[str] = Counter()
+        records: dict[Topic, list[tuple[bytes, bytes]]] = defaultdict(list)
         for s in batch:
             topic = self.topics[type(s)]
-            key = str(getattr(s, topic.key_field)).encode()
-            futures.append(await self.producer.send(topic.name(self.prefix), encode(s), key=key))
-            sent[topic.base] += 1
+            records[topic].append((str(getattr(s, topic.key_field)).encode(), encode(s)))
+        futures = []
+        for topic, keyed in records.items():
+            futures += await self.producer.send_many(topic.name(self.prefix), keyed)
         await self.producer.delivered(futures)
-        for topic in self.topics.values():
-            PRODUCED.labels(topic=topic.base).inc(sent[topic.base])
+        for topic, keyed in records.items():
+            PRODUCED.labels(topic=topic.base).inc(len(keyed))
 
     async def close(self) -> None:
         await self.producer.stop()

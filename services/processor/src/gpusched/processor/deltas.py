@@ -78,17 +78,8 @@ class DeltaProducer:
         session that has folded them in already (a header the merger skips them by)."""
         producer = await self._started()
         headers = [(MERGED_BY, merged_by)] if merged_by else []
-        batch = await producer.create_batch()
-        for delta in deltas:
-            key, value = delta.key(), delta.model_dump_json().encode()
-            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                if batch.record_count():  # full
-                    await producer.send_batch(batch, self.topic, partition=0)
-                    batch = await producer.create_batch()
-                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                    await producer.send(self.topic, value, key=key)  # says it is too large
-        if batch.record_count():
-            await producer.send_batch(batch, self.topic, partition=0)
+        records = ((d.key(), d.model_dump_json().encode()) for d in deltas)
+        await producer.send_many(self.topic, records, partition=0, headers=headers)
 
     async def publish(self, topic: str, key: bytes, value: bytes) -> None:
         """Queue ``value`` for ``topic`` (a contract topic); ``flush`` waits for it (views
