@@ -16,8 +16,8 @@ the hourly aggregate could not.)
 
 A batch is decoded while the one before it is inserted, and inserted once that one is
 committed, so that at most one planned batch is ever uncommitted. A batch decoded across a
-rebalance is dropped and read again from the reset positions (its dead letters, if any,
-are then sent twice).
+rebalance is not inserted: the consumer moves back to its first records and reads them
+again after the replay (its dead letters, if any, are then sent twice).
 """
 
 from __future__ import annotations
@@ -93,6 +93,18 @@ async def _landed(landing: asyncio.Task[None] | None) -> None:
         await landing
 
 
+def _rewind(consumer: AIOKafkaConsumer, batch: Sequence[ConsumerRecord]) -> None:
+    """Move back to the first record of ``batch`` on each partition still assigned. The
+    rebalance reset the positions to the committed offsets, but the batch may have been
+    read after that reset, from them: without this its records would be skipped. (What
+    lies before its first records was inserted by the batches before.)"""
+    mine = consumer.assignment()
+    for r in _ranges(batch):
+        tp = TopicPartition(r.topic, r.partition)
+        if tp in mine:
+            consumer.seek(tp, r.first)
+
+
 def _ranges(batch: Sequence[ConsumerRecord]) -> list[OffsetRange]:
     spans: dict[tuple[str, int], tuple[int, int]] = {}
     for r in batch:
@@ -161,8 +173,9 @@ class Sink:
                 # committed: at most one planned batch is uncommitted at any time
                 events = await self._decoded(batch, producer)
                 await _landed(landing)
-                if joined.assigned is not None:
-                    continue  # a rebalance reset the positions: read again after the replay
+                if joined.assigned is not None:  # a rebalance came: read it again after
+                    _rewind(consumer, batch)  # the replay, wherever it was read from
+                    continue
                 landing = asyncio.create_task(self._land(consumer, events, _ranges(batch)))
             await _landed(landing)
         finally:
