@@ -123,16 +123,14 @@ async def test_a_batch_is_planned_only_once_the_one_before_is_committed(
     assert store.query("SELECT count(), uniqExact(event_id) FROM telemetry") == [(samples, samples)]
 
 
-async def test_rebalances_while_a_batch_is_inserted_lose_nothing(
+async def test_rebalances_while_a_batch_is_inserted_lose_and_double_nothing(
     kafka_bootstrap: str, topic_prefix: str, chdb_dsn: str
 ) -> None:
     """Another member joins the sink's group five times while samples flow (each join
     and each leave is a rebalance, mostly while a batch is being inserted): once the
-    group has committed every offset, every sample is stored. (Not that the hourly view
-    counts each once: a batch whose partitions come back split, some now and some after
-    the other member leaves, is read again in parts, under other deduplication tokens;
-    3,211-3,250 of 3,000 samples counted with two joins, before this pipelining too. A
-    crash of a lone sink is counted once: test_sink_replay.py.)"""
+    group has committed every offset, every sample is stored, and the hourly view counts
+    each once, though batches come back split between the members (one token a table
+    block counted 3,211-3,250 of 3,000 with two joins; a token a partition's block)."""
     samples = 4_000
     sink, store = await _sink(kafka_bootstrap, topic_prefix, chdb_dsn, samples)
     store.done = lambda: None
@@ -164,4 +162,4 @@ async def test_rebalances_while_a_batch_is_inserted_lose_nothing(
     stop.set()
     await asyncio.wait_for(running, 60)
     assert store.query("SELECT uniqExact(event_id) FROM telemetry") == [(samples,)]
-    assert store.query("SELECT sum(samples) FROM gpu_hourly")[0][0] >= samples
+    assert store.query("SELECT sum(samples) FROM gpu_hourly") == [(samples,)]

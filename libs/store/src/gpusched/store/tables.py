@@ -35,6 +35,9 @@ class TableSpec:
     # how an event becomes rows; None: the columns are the event's own fields, and the
     # engine reads the event's JSON as its row (``Store.insert_events``)
     rows: Callable[[Any], Iterable[Row]] | None = None
+    # a materialized view sums its rows (gpu_hourly): a consumer inserts them a block per
+    # source partition, so that a batch read again in parts is skipped part by part
+    summed: bool = False
 
 
 def _job_rows(e: JobEvent) -> Iterable[Row]:
@@ -159,7 +162,7 @@ _VIEW_COLUMNS = (
 _HOST_COLUMNS = ("event_id", "ts", "node_id", "cpu_milli", "memory_mib", "interval_s", "source")
 
 TABLES: tuple[TableSpec, ...] = (
-    TableSpec("telemetry", GpuTelemetrySample, _TELEMETRY_COLUMNS),
+    TableSpec("telemetry", GpuTelemetrySample, _TELEMETRY_COLUMNS, summed=True),
     TableSpec("host_samples", HostSample, _HOST_COLUMNS),
     TableSpec(
         "job_events",
