@@ -85,6 +85,20 @@ def _until_signal(main: Callable[[asyncio.Event], Awaitable[T]]) -> T:
     return asyncio.run(runner())
 
 
+def _on_the_store(
+    main: Callable[[SinkSettings, StoreSettings, asyncio.Event], Awaitable[object]],
+    settings: SinkSettings,
+) -> None:
+    """``main`` on the store of the environment until a signal; a store it cannot use
+    ends the command with its error (exit 2)."""
+    store = _settings(StoreSettings)
+    try:
+        _until_signal(lambda stop: main(settings, store, stop))
+    except StoreError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from exc
+
+
 def collect(
     source: Annotated[str | None, typer.Option(help="nvml, host (no GPUs) or simulated")] = None,
     cluster: Annotated[Path | None, typer.Option(help="*.cluster.csv to simulate")] = None,
@@ -127,13 +141,7 @@ def sink(
 ) -> None:
     """Consume every topic into ClickHouse; serve read-only SQL for the embedded store."""
     _logging(log_level)
-    settings = _settings(SinkSettings)
-    store = _settings(StoreSettings)
-    try:
-        _until_signal(lambda stop: run_sink(settings, store, stop))
-    except StoreError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+    _on_the_store(run_sink, _settings(SinkSettings))
 
 
 def store_server(
@@ -143,13 +151,7 @@ def store_server(
     """Serve the embedded store (GPUSCHED_STORE_DSN, chdb:///<dir>), writable, over
     ClickHouse's HTTP interface, for processes that reach it as a server."""
     _logging(log_level)
-    settings = _settings(SinkSettings, store_server_port=port)
-    store = _settings(StoreSettings)
-    try:
-        _until_signal(lambda stop: serve_store(settings, store, stop))
-    except StoreError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from exc
+    _on_the_store(serve_store, _settings(SinkSettings, store_server_port=port))
 
 
 def forecast(
