@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 from dataclasses import dataclass, field
 
 import pytest
@@ -309,6 +311,30 @@ def test_a_policys_victim_list_is_the_generic_one(name: str) -> None:
         generic = Policy.victims(policy, sched.running.values(), now)
         assert generic, now
         assert policy.victims(sched.running.values(), now) == generic, now
+
+
+def test_dynamic_preemptable_victims_are_those_may_preempt_allows() -> None:
+    """``dynamic`` stops at the first victim under the bar (its victims come highest rank
+    first, all with one bar); it must find the victims ``may_preempt`` allows, for any
+    blocked job, whatever their restart costs."""
+    policy = make_policy("dynamic")
+    rng = random.Random(3)
+    gaps = 0  # lists where an allowed victim follows a refused one (a cheaper restart)
+    for _ in range(300):
+        bar = rng.choice([1.0, 1.5, 4.0])
+        ranks = sorted((rng.lognormvariate(8.0, 1.5) for _ in range(rng.randrange(1, 12))),
+                       reverse=True)  # fmt: skip
+        victims = [
+            (job(f"v{i}", 1), (math.log(r), bar, rng.choice([0.0, 10.0, 1000.0, r / 2]), r))
+            for i, r in enumerate(ranks)
+        ]
+        for _ in range(6):
+            context = math.log(rng.choice(ranks) * rng.choice([0.3, 0.9, 0.999, 1.0, 1.2]) / bar)
+            allowed = [policy.may_preempt(facts, context) for _, facts in victims]
+            expected = [v for (v, _), ok in zip(victims, allowed, strict=True) if ok]
+            assert policy.preemptable(victims, context) == expected
+            gaps += any(b and not a for a, b in itertools.pairwise(allowed))
+    assert gaps > 0
 
 
 def test_dynamic_victims_it_remembers_are_those_it_would_compute_afresh() -> None:

@@ -36,6 +36,10 @@ def _gpus(job: Job) -> float:
     return max(job.request.num_gpu, 0.05)
 
 
+def _victim_rank(victim: tuple[Job, Facts]) -> float:
+    return victim[1][0]
+
+
 def _log_gpu_s(rank_time: float, gpus: float) -> float:
     """A rank in log GPU-seconds (at least 1 GPU-s)."""
     return math.log(max(rank_time * gpus, 1.0))
@@ -179,15 +183,24 @@ class Dynamic(Policy):
         # Policy.victims for every running job at once (every cycle): each victim's
         # facts, highest rank (victim_order) first. A victim whose rank time and terms
         # are those of its last facts keeps them (most do, from one cycle to the next).
-        p, guarded, memo = self.p, self.guarded, self._facts
+        p, guarded, memo, fair_terms = self.p, self.guarded, self._facts, self._fair_terms
         cost_s = p.preemption_cost_s
-        eligible = [v for v in running if v.job_id not in guarded and v.running_for(now) >= cost_s]
+        eligible = [  # those that have run for the restart cost (running_for, inlined)
+            v
+            for v in running
+            if (start := v.run_start) is not None
+            and now - start >= cost_s
+            and v.job_id not in guarded
+        ]
         times = self.s.predictor.rank_times(eligible, now)
         found = []
         for victim, time in zip(eligible, times, strict=True):
-            fair = self._fair_term(victim.tenant)
+            fair = fair_terms.get(victim.tenant)
+            if fair is None:
+                fair = self._fair_term(victim.tenant)
             seen = memo.get(victim.job_id)
-            if seen is not None and (seen[0], seen[1], seen[2]) == (time, self._qos_epoch, fair):
+            epoch = self._qos_epoch  # a class first seen in this loop moves it
+            if seen is not None and seen[0] == time and seen[1] == epoch and seen[2] == fair:
                 found.append((victim, seen[3]))
                 continue
             gpus = _gpus(victim)
@@ -200,13 +213,22 @@ class Dynamic(Policy):
             facts = (rank, p.dynamic_preempt_margin, cost, math.exp(rank))
             memo[victim.job_id] = (time, self._qos_epoch, fair, facts)
             found.append((victim, facts))
-        found.sort(key=lambda vf: vf[1][0], reverse=True)
+        found.sort(key=_victim_rank, reverse=True)
         return found
 
     def preemptable(self, victims: list[tuple[Job, Any]], context: float) -> list[Job]:
-        # may_preempt for each victim, with the blocked job's term computed once
+        # may_preempt for each victim, with the blocked job's term computed once. Every
+        # victim has the same bar and a cost >= 0, and they come highest rank first: the
+        # first whose rank is at most the bar times the blocked job's ends the list.
         blocked = math.exp(context)
-        return [v for v, (_, bar, cost, rank) in victims if rank > bar * blocked + cost]
+        out = []
+        for v, (_, bar, cost, rank) in victims:
+            least = bar * blocked
+            if rank <= least:
+                break
+            if rank > least + cost:
+                out.append(v)
+        return out
 
     def preempt_context(self, job: Job, now: float) -> float | None:
         p = self.p

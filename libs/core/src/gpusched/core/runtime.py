@@ -14,10 +14,13 @@ most specific history with enough samples it answers:
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from gpusched.core.model import Job
 
@@ -31,20 +34,37 @@ def size_class(num_gpu: float) -> int:
 
 @dataclass(slots=True)
 class SortedWindow:
-    """The last ``window`` values, kept in arrival order and sorted."""
+    """The last ``window`` values, kept in arrival order and sorted (as a list, and as an
+    array of the same values for the vectorized scans)."""
 
     window: int
     order: deque[float] = field(default_factory=deque)
     sorted_: list[float] = field(default_factory=list)
     version: int = 0
+    _array: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._array = np.empty(self.window + 1)
 
     def add(self, duration: float) -> None:
         self.order.append(duration)
-        bisect.insort(self.sorted_, duration)
-        if len(self.order) > self.window:
+        xs, array = self.sorted_, self._array
+        i = bisect.bisect_right(xs, duration)
+        xs.insert(i, duration)
+        n = len(xs)
+        array[i + 1 : n] = array[i : n - 1]  # numpy copies overlapping slices correctly
+        array[i] = duration
+        if n > self.window:
             old = self.order.popleft()
-            del self.sorted_[bisect.bisect_left(self.sorted_, old)]
+            j = bisect.bisect_left(xs, old)
+            del xs[j]
+            array[j : n - 1] = array[j + 1 : n]
         self.version += 1
+
+    @property
+    def array(self) -> np.ndarray:
+        """``sorted_`` as an array (a view: valid until the next ``add``)."""
+        return self._array[: len(self.sorted_)]
 
     def quantile(self, q: float) -> float | None:
         """The ``q`` quantile of the values (None while empty)."""
@@ -68,10 +88,12 @@ class RuntimePredictor:
         self._cache: dict[tuple[object, int, int], float] = {}
         self._tail_mean: dict[tuple[int, int, float], float] = {}
         self._resolved: dict[tuple[str, float], SortedWindow | None] = {}
-        # per job: (epoch, job, history, its version, time step, rank time) of its last
-        # rank_times answer; the epoch changes whenever a job's history or a cached
-        # rank may change (a history becomes usable, the cache is cleared)
-        self._last: dict[str, tuple[int, Job, SortedWindow | None, int, int, float]] = {}
+        # per job: (epoch, job, history, its version, rank time, the attained times its
+        # time step spans: from, to) of its last rank_times answer; the epoch changes
+        # whenever a job's history or a cached rank may change (a history becomes
+        # usable, the cache is cleared)
+        self._last: dict[str, tuple[int, Job, SortedWindow | None, int, float, float, float]]
+        self._last = {}
         self._epoch = 0
 
     def _keys(self, job: Job) -> tuple[tuple[str, int] | str, ...]:
@@ -137,52 +159,87 @@ class RuntimePredictor:
         last = self._last
         out = []
         for job in jobs:
-            a = job.executed_at(now)
+            start = job.run_start  # executed_at, inlined: this loop is the replay's hottest
+            a = job.executed_s + (now - start if start is not None else 0.0)
             seen = last.get(job.job_id)
             if seen is not None and seen[0] == self._epoch and seen[1] is job:
                 hist = seen[2]
+                if hist is None:
+                    out.append(max(prior - a, a, 60.0))
+                    continue
+                if seen[3] == hist.version and seen[5] <= a < seen[6]:  # the same step
+                    out.append(seen[4])
+                    continue
             else:
-                hist, seen = history(job), None
-            if hist is None:
-                if seen is None:
-                    last[job.job_id] = (self._epoch, job, None, 0, 0, 0.0)
-                out.append(max(prior - a, a, 60.0))
-                continue
-            # ~19% steps in attained time share one value
-            step = int(log2(a + 1) * 4)
-            if seen is not None and seen[3] == hist.version and seen[4] == step:
-                out.append(seen[5])
-                continue
+                hist = history(job)
+                if hist is None:
+                    last[job.job_id] = (self._epoch, job, None, 0, 0.0, 0.0, 0.0)
+                    out.append(max(prior - a, a, 60.0))
+                    continue
+            step = int(log2(a + 1) * STEPS_PER_DOUBLING)
             key = (id(hist), hist.version, step)
             value = cache.get(key)
             if value is None:
-                value = self._inverse_gittins(hist.sorted_, a)
+                value = inverse_gittins(hist, a)
                 if len(cache) > 200_000:
                     cache.clear()
                     self._epoch += 1  # a step may now be answered for another time
                 cache[key] = value
             if len(last) > 200_000:
                 last.clear()
-            last[job.job_id] = (self._epoch, job, hist, hist.version, step, value)
+            low, high = _step_bounds(step)
+            last[job.job_id] = (self._epoch, job, hist, hist.version, value, low, high)
             out.append(value)
         return out
 
-    @staticmethod
-    def _inverse_gittins(xs: list[float], a: float) -> float:
-        i = bisect.bisect_right(xs, a)
-        tail = xs[i:]
-        if not tail:
-            return max(a, 60.0)
-        n = len(tail)
-        # For each quantum Δ up to a sample d: P(done within Δ) / E[min(D - a, Δ)].
-        best = math.inf
-        cum = 0.0  # sum of (d - a) for samples already passed
-        for k, d in enumerate(tail):
-            spent = cum + (n - k) * (d - a)  # E[min(D-a, Δ)] * n with Δ = d - a
-            done = k + 1
-            # samples equal to d also finish: count them with this Δ
-            ratio = spent / done
-            if ratio < best:
-                best = ratio
-            cum += d - a
-        return max(best, 1.0)
+
+# Attained times share a rank within a step of a quarter doubling (~19%).
+STEPS_PER_DOUBLING = 4
+
+
+@functools.cache
+def _step_bounds(step: int) -> tuple[float, float]:
+    """Attained times surely in ``step`` (a hair inside its ends, so that the bounds
+    never disagree with ``int(log2(a + 1) * STEPS_PER_DOUBLING)``; a time in the hair
+    is stepped afresh)."""
+    low = 2.0 ** (step / STEPS_PER_DOUBLING) - 1.0
+    high = 2.0 ** ((step + 1) / STEPS_PER_DOUBLING) - 1.0
+    return low + 1e-9 * (low + 1.0), high - 1e-9 * (high + 1.0)
+
+
+# Below this many samples past the attained time, the scan in Python is quicker than
+# numpy's per-call cost.
+_VECTOR_FROM = 32
+
+
+def inverse_gittins(hist: SortedWindow, a: float) -> float:
+    """1 / Gittins index, in seconds, of a job that has run ``a`` seconds, from the
+    durations in ``hist``: the least, over quanta Δ up to each longer sample d, of
+    E[min(D - a, Δ)] / P(D - a <= Δ | D > a). The Python and the numpy scan do the
+    same floating-point operations in the same order (the same answer to the bit)."""
+    xs = hist.sorted_
+    i = bisect.bisect_right(xs, a)
+    n = len(xs) - i
+    if n == 0:
+        return max(a, 60.0)
+    if n < _VECTOR_FROM:
+        return _scan(xs[i:], a)
+    over = hist.array[i:] - a  # d - a for each longer sample d
+    spent = np.empty(n)  # E[min(D - a, Δ)] * n with Δ = d - a, in order of d
+    spent[0] = 0.0
+    np.cumsum(over[:-1], out=spent[1:])  # sum of (d - a) for samples already passed
+    spent += np.arange(n, 0, -1, dtype=np.float64) * over
+    spent /= np.arange(1, n + 1, dtype=np.float64)  # samples up to d finish within Δ
+    return max(float(spent.min()), 1.0)
+
+
+def _scan(tail: list[float], a: float) -> float:
+    n = len(tail)
+    best = math.inf
+    cum = 0.0  # sum of (d - a) for samples already passed
+    for k, d in enumerate(tail):
+        ratio = (cum + (n - k) * (d - a)) / (k + 1)
+        if ratio < best:
+            best = ratio
+        cum += d - a
+    return max(best, 1.0)
