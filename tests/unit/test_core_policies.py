@@ -337,6 +337,28 @@ def test_dynamic_preemptable_victims_are_those_may_preempt_allows() -> None:
     assert gaps > 0
 
 
+def test_srpt_oracle_preemptable_victims_are_those_may_preempt_allows() -> None:
+    """As for dynamic: srpt-oracle stops at the first victim with no more remaining than
+    the blocked job, which no restart cost can make preemptable."""
+    policy = make_policy("srpt-oracle", oracle=lambda _: 0.0)
+    rng = random.Random(4)
+    gaps = 0
+    for _ in range(300):
+        remaining = sorted((rng.uniform(0.0, 1e5) for _ in range(rng.randrange(1, 12))),
+                           reverse=True)  # fmt: skip
+        victims = [
+            (job(f"v{i}", 1), (r - rng.choice([0.0, 120.0, 960.0, r / 2]), r))
+            for i, r in enumerate(remaining)
+        ]
+        for _ in range(6):
+            context = rng.choice(remaining) * rng.choice([0.3, 0.9, 0.999, 1.0, 1.2])
+            allowed = [policy.may_preempt(facts, context) for _, facts in victims]
+            expected = [v for (v, _), ok in zip(victims, allowed, strict=True) if ok]
+            assert policy.preemptable(victims, context) == expected
+            gaps += any(b and not a for a, b in itertools.pairwise(allowed))
+    assert gaps > 0
+
+
 def test_dynamic_victims_it_remembers_are_those_it_would_compute_afresh() -> None:
     """``dynamic`` keeps each running job's rank time and facts from one cycle to the
     next; what it keeps must be what it would compute with nothing kept, after the

@@ -52,3 +52,23 @@ def test_energy_meter_integrates_piecewise_constant_power_over_the_window() -> N
     assert meter.total_j == pytest.approx(100 * 10 + 50 * 20)
     assert meter.floor_j == pytest.approx(60 * 10 + 50 * 20)
     assert meter.idle_j == pytest.approx(40 * 10)
+
+
+def test_all_on_follows_every_power_change_and_its_rollback() -> None:
+    specs = [NodeSpec(f"n{i}", "V100", 8, 64000, 512000) for i in range(3)]
+    state = ClusterState(specs)
+    assert state.all_on()
+    state.set_power("n0", PowerState.PARKED)
+    state.set_power("n1", PowerState.WAKING, ready_at=10.0)
+    assert not state.all_on()
+    mark = state.checkpoint()
+    state.set_power("n0", PowerState.ON)
+    state.set_power("n1", PowerState.ON)
+    assert state.all_on()
+    state.rollback(mark)
+    state.commit()
+    assert not state.all_on()
+    state.set_power("n0", PowerState.ON)
+    assert not state.all_on()  # n1 is still waking
+    state.set_power("n1", PowerState.ON)
+    assert state.all_on()

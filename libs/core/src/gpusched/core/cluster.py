@@ -88,6 +88,7 @@ class ClusterState:
         self._hidden: dict[str, None] = {}
         self._free_at: tuple[int, bool] = (-1, False)
         self.version = 0  # bumped on every change; lets callers cache per state
+        self._not_on = sum(n.power is not PowerState.ON for n in self.nodes.values())
         for node in self.nodes.values():
             self._index(node)
 
@@ -180,6 +181,10 @@ class ClusterState:
             )
             self._free_at = (self.version, free)
         return self._free_at[1]
+
+    def all_on(self) -> bool:
+        """Whether every node is on (none parked or waking)."""
+        return self._not_on == 0
 
     def on_nodes(self) -> Iterator[NodeState]:
         """Nodes that are on and not hidden."""
@@ -282,9 +287,11 @@ class ClusterState:
             raise InvalidDecision(f"node {node_id} runs jobs; it cannot be {power}")
         before, before_ready = node.power, node.ready_at
         node.power, node.ready_at = power, ready_at
+        self._not_on += (power is not PowerState.ON) - (before is not PowerState.ON)
         self._index(node)
 
         def undo() -> None:
+            self._not_on += (before is not PowerState.ON) - (node.power is not PowerState.ON)
             node.power, node.ready_at = before, before_ready
             self._index(node)
 

@@ -197,21 +197,44 @@ class SrptOracle(Policy):
     def running_key(self, job: Job, now: float) -> Key:
         return (self._remaining(job, now),)
 
-    def victim_facts(self, victim: Job, now: float) -> float:
-        return self._remaining(victim, now) - self.p.preemption_cost_s * victim.request.num_gpu
+    def victim_facts(self, victim: Job, now: float) -> tuple[float, float]:
+        # (remaining GPU time net of the restart, remaining GPU time)
+        remaining = self._remaining(victim, now)
+        return remaining - self.p.preemption_cost_s * victim.request.num_gpu, remaining
 
     def victims(self, running: Iterable[Job], now: float) -> list[tuple[Job, Any]]:
         # Policy.victims with each remaining time computed once: it is the order too
-        cost_s = self.p.preemption_cost_s
-        found = [(self._remaining(v, now), v) for v in running]
-        found.sort(key=lambda rv: rv[0], reverse=True)
-        return [(v, remaining - cost_s * v.request.num_gpu) for remaining, v in found]
+        cost_s, oracle = self.p.preemption_cost_s, self.oracle
+        found = []
+        for v in running:
+            start = v.run_start  # _remaining, inlined: every running job, every cycle
+            ran = v.executed_s + (now - start if start is not None else 0.0)
+            gpus = v.request.num_gpu
+            found.append((max(oracle(v.job_id) - ran, 0.0) * max(gpus, 0.01), v))
+        found.sort(key=_first, reverse=True)
+        return [(v, (remaining - cost_s * v.request.num_gpu, remaining)) for remaining, v in found]
+
+    def preemptable(self, victims: list[tuple[Job, Any]], context: float) -> list[Job]:
+        # The victims come most remaining first, and a victim's net of its restart is at
+        # most its remaining: the first with no more remaining than the blocked job's
+        # ends the list.
+        out = []
+        for v, (net, remaining) in victims:
+            if remaining <= context:
+                break
+            if net > context:
+                out.append(v)
+        return out
 
     def preempt_context(self, job: Job, now: float) -> float:
         return self._remaining(job, now)
 
-    def may_preempt(self, facts: float, context: float) -> bool:
-        return facts > context
+    def may_preempt(self, facts: tuple[float, float], context: float) -> bool:
+        return facts[0] > context
+
+
+def _first(pair: tuple[float, Job]) -> float:
+    return pair[0]
 
 
 POLICIES: dict[str, type[Policy]] = {

@@ -62,9 +62,11 @@ def wake_for_waiting(scheduler: Scheduler, now: float) -> WaitingNeeds:
     node were on, and the nodes on that those placements use beside them; waking nodes
     count as on (they are coming), so are not woken twice."""
     state = scheduler.state
+    if state.all_on() or not len(scheduler.queue):
+        return WaitingNeeds([], set())
     off = [n.node_id for n in state.nodes.values() if n.power is not PowerState.ON]
     parked = {nid for nid in off if state.nodes[nid].power is PowerState.PARKED}
-    if not parked or not len(scheduler.queue):
+    if not parked:
         return WaitingNeeds([], set())
     wake: dict[str, str] = {}
     held: set[str] = set()
