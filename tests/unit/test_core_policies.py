@@ -512,3 +512,7 @@ def test_dynamic_key_is_the_sum_of_its_components() -> None:
         assert score == pytest.approx(sum(sched.policy.components(j, 5050.0).values()), abs=1e-9)
         assert submitted == j.submit_time
     assert sched.policy.key(late, 5050.0)[0] == sched.policy.components(late, 5050.0)["qos"]
+    # a refresh asks for every key at once: the same keys (guarded or not), in order
+    jobs = [late, fresh, gang]
+    assert "late" in sched.policy.guarded
+    assert sched.policy.keys(jobs, 5050.0) == [sched.policy.key(j, 5050.0) for j in jobs]

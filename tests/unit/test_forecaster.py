@@ -42,6 +42,7 @@ from gpusched.forecaster.models import (
     arrivals_forecast,
     last_value,
     local_scale,
+    quantile_pair,
     seasonal_naive,
     seasonal_quantile,
 )
@@ -52,6 +53,17 @@ TRACES = traces_dir(Path(__file__).resolve().parents[2].parent / "shared" / "tra
 PHILLY = TRACES / "philly_dev.jobs.csv"
 DAY = 86400.0
 HOURLY = ModelConfig(step_s=3600.0)
+
+
+def test_quantile_pair_is_numpys_quantile_to_the_bit() -> None:
+    rng = np.random.default_rng(5)
+    for n in [1, 2, 3, 7, 8, 57, 400, 5000]:
+        for _ in range(40):
+            x = rng.standard_normal(n) * rng.choice([1e-3, 1.0, 1e4])
+            if rng.random() < 0.3:
+                x = np.round(x)  # ties
+            for low, high in [(0.1, 0.9), (0.05, 0.95), (0.0, 1.0), (0.5, 0.5), (0.25, 0.75)]:
+                assert quantile_pair(x, low, high) == tuple(np.quantile(x, (low, high)))
 
 
 def _demand(gpus: float, model: str = "V100", tenant: str = "a", cls: str = "normal") -> JobDemand:

@@ -44,6 +44,10 @@ class Policy:
         """Sort key of a pending job (lower runs first); fixed between refreshes."""
         return (job.submit_time,)
 
+    def keys(self, jobs: list[Job], ref_time: float) -> list[Key]:
+        """``key`` of each of ``jobs`` (a refresh asks it of every pending job), in order."""
+        return [self.key(job, ref_time) for job in jobs]
+
     def running_key(self, job: Job, now: float) -> Key:
         """Sort key of a running job, comparable with ``key`` (for preemption)."""
         return self.key(job, now)

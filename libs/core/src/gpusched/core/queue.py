@@ -63,7 +63,10 @@ class PendingQueue:
     def key_of(self, job_id: str) -> Key:
         return self._entry[job_id][0]
 
-    def rekey(self, key: Callable[[str], Key]) -> None:
-        """Recompute every key (arrival order still breaks ties)."""
-        self._entries = sorted((key(jid), seq, jid) for _, seq, jid in self._entries)
+    def rekey(self, keys: Callable[[list[str]], list[Key]]) -> None:
+        """Recompute every key: ``keys`` answers for the job ids in queue order (arrival
+        order still breaks ties)."""
+        ids = [e[2] for e in self._entries]
+        seqs = [e[1] for e in self._entries]
+        self._entries = sorted(zip(keys(ids), seqs, ids, strict=True))
         self._entry = {e[2]: e for e in self._entries}

@@ -287,7 +287,8 @@ class Scheduler:
         if self.policy.refreshes:
             self.policy.begin_refresh(now)
             self.ref_time = now
-            self.queue.rekey(lambda jid: self.policy.key(self.jobs[jid], now))
+            jobs = self.jobs
+            self.queue.rekey(lambda ids: self.policy.keys([jobs[jid] for jid in ids], now))
         self._next_refresh = now + self.params.refresh_s
         self._dirty = True
 
