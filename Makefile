@@ -70,7 +70,7 @@ results: install ## Re-run the replays and backtest of docs/results.md into .ben
 		.bench/openb_default.json
 
 .PHONY: scenarios
-scenarios: install ## Replay the dev scenario matrix (bench/scenarios.yaml) in parallel; tables, .bench/scenarios.json, reports in .bench/scenarios/index.html (15-25 min)
+scenarios: install ## Replay the dev scenario matrix (bench/scenarios.yaml) in parallel; tables, .bench/scenarios.json, reports in .bench/scenarios/index.html (11-18 min)
 	$(REPLAY) --matrix bench/scenarios.yaml --json .bench/scenarios.json --report .bench/scenarios
 
 .PHONY: tune

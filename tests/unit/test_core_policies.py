@@ -313,45 +313,37 @@ def test_a_policys_victim_list_is_the_generic_one(name: str) -> None:
         assert policy.victims(sched.running.values(), now) == generic, now
 
 
-def test_dynamic_preemptable_victims_are_those_may_preempt_allows() -> None:
-    """``dynamic`` stops at the first victim under the bar (its victims come highest rank
-    first, all with one bar); it must find the victims ``may_preempt`` allows, for any
-    blocked job, whatever their restart costs."""
-    policy = make_policy("dynamic")
+# (policy, its victim facts from (rank or remaining, restart cost, bar), the context of a
+# blocked job whose bar is that value)
+_FAST_PREEMPTABLE = {
+    "dynamic": (
+        lambda r, cost, bar: (math.log(r), bar, cost, r),
+        lambda at, bar: math.log(at / bar),
+    ),
+    "srpt-oracle": (lambda r, cost, bar: (r - cost, r), lambda at, bar: at),
+}
+
+
+@pytest.mark.parametrize("name", list(_FAST_PREEMPTABLE))
+def test_preemptable_victims_are_those_may_preempt_allows(name: str) -> None:
+    """dynamic and srpt-oracle stop at the first victim under the blocked job's bar (their
+    victims come highest rank, or most remaining, first; restart costs are >= 0); they
+    must find the victims ``may_preempt`` allows, whatever the restart costs."""
+    policy = make_policy(name, oracle=lambda _: 0.0)
+    facts_of, context_of = _FAST_PREEMPTABLE[name]
     rng = random.Random(3)
     gaps = 0  # lists where an allowed victim follows a refused one (a cheaper restart)
     for _ in range(300):
-        bar = rng.choice([1.0, 1.5, 4.0])
+        bar = rng.choice([1.0, 1.5, 4.0]) if name == "dynamic" else 1.0
         ranks = sorted((rng.lognormvariate(8.0, 1.5) for _ in range(rng.randrange(1, 12))),
                        reverse=True)  # fmt: skip
         victims = [
-            (job(f"v{i}", 1), (math.log(r), bar, rng.choice([0.0, 10.0, 1000.0, r / 2]), r))
+            (job(f"v{i}", 1), facts_of(r, rng.choice([0.0, 10.0, 1000.0, r / 2]), bar))
             for i, r in enumerate(ranks)
         ]
         for _ in range(6):
-            context = math.log(rng.choice(ranks) * rng.choice([0.3, 0.9, 0.999, 1.0, 1.2]) / bar)
-            allowed = [policy.may_preempt(facts, context) for _, facts in victims]
-            expected = [v for (v, _), ok in zip(victims, allowed, strict=True) if ok]
-            assert policy.preemptable(victims, context) == expected
-            gaps += any(b and not a for a, b in itertools.pairwise(allowed))
-    assert gaps > 0
-
-
-def test_srpt_oracle_preemptable_victims_are_those_may_preempt_allows() -> None:
-    """As for dynamic: srpt-oracle stops at the first victim with no more remaining than
-    the blocked job, which no restart cost can make preemptable."""
-    policy = make_policy("srpt-oracle", oracle=lambda _: 0.0)
-    rng = random.Random(4)
-    gaps = 0
-    for _ in range(300):
-        remaining = sorted((rng.uniform(0.0, 1e5) for _ in range(rng.randrange(1, 12))),
-                           reverse=True)  # fmt: skip
-        victims = [
-            (job(f"v{i}", 1), (r - rng.choice([0.0, 120.0, 960.0, r / 2]), r))
-            for i, r in enumerate(remaining)
-        ]
-        for _ in range(6):
-            context = rng.choice(remaining) * rng.choice([0.3, 0.9, 0.999, 1.0, 1.2])
+            at = rng.choice(ranks) * rng.choice([0.3, 0.9, 0.999, 1.0, 1.2])
+            context = context_of(at, bar)
             allowed = [policy.may_preempt(facts, context) for _, facts in victims]
             expected = [v for (v, _), ok in zip(victims, allowed, strict=True) if ok]
             assert policy.preemptable(victims, context) == expected
