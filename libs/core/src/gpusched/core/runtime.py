@@ -45,6 +45,7 @@ class SortedWindow:
 
     def __post_init__(self) -> None:
         self._array = np.empty(self.window + 1)
+        self._array[: len(self.sorted_)] = self.sorted_
 
     def add(self, duration: float) -> None:
         self.order.append(duration)
