@@ -17,9 +17,11 @@ batch come back split between the members of the group. (The raw tables collapse
 replay by event id anyway; the hourly aggregate could not.)
 
 A batch is decoded while the one before it is inserted, and inserted once that one is
-committed, so that at most one planned batch is ever uncommitted. A batch decoded across a
-rebalance is not inserted: the consumer moves back to its first records and reads them
-again after the replay (its dead letters, if any, are then sent twice).
+committed, so that at most one planned batch is ever uncommitted: when a commit fails (a
+rebalance under way, a broker gone), the batch after it is not inserted, and the failed
+one is read again with its own ranges first. A batch decoded across a rebalance is not
+inserted: the consumer moves back to its first records and reads them again after the
+replay (its dead letters, if any, are then sent twice).
 """
 
 from __future__ import annotations
@@ -142,6 +144,7 @@ class Sink:
         self.stats = SinkStats()
         self.prefix = settings.topic_prefix
         self.group = f"{self.prefix}{settings.sink_group_id}"
+        self._unlanded: list[OffsetRange] | None = None  # a batch inserted, not committed
 
     async def run(self, stop: asyncio.Event) -> SinkStats:
         """Consume until ``stop`` is set; the batch in hand is inserted and committed first."""
@@ -166,6 +169,7 @@ class Sink:
                 if joined.assigned is not None:
                     await _landed(landing)  # its commit comes before the replay's positions
                     assigned, joined.assigned = joined.assigned, None
+                    self._unlanded = None  # the replay reads from the committed offsets
                     batch = await self._replay(consumer, assigned, stop)
                 else:
                     batch = await self._collect(consumer, stop)
@@ -176,8 +180,11 @@ class Sink:
                 # committed: at most one planned batch is uncommitted at any time
                 events = await self._decoded(batch, producer)
                 await _landed(landing)
-                if joined.assigned is not None:  # a rebalance came: read it again after
-                    _rewind(consumer, batch)  # the replay, wherever it was read from
+                if joined.assigned is not None or self._unlanded is not None:
+                    # a rebalance came, or the batch before was not committed: read this
+                    # one again after the replay, wherever it was read from
+                    _rewind(consumer, batch)
+                    self._read_unlanded_again(consumer, joined)
                     continue
                 landing = asyncio.create_task(self._land(consumer, events, _ranges(batch)))
             await _landed(landing)
@@ -205,10 +212,29 @@ class Sink:
             await consumer.commit(offsets)
         except KafkaError as exc:
             # the group moved on (a broker restart, a rebalance): the batch is read
-            # again and collapses onto the rows written (event ids)
+            # again, with the same ranges, before anything after it (_read_unlanded_again)
+            self._unlanded = ranges
             log.warning("offsets not committed (%s); the batch will be replayed", exc)
         self.stats.batches += 1
         await _measure_lag(consumer, self.prefix)
+
+    def _read_unlanded_again(self, consumer: AIOKafkaConsumer, joined: _OnAssign) -> None:
+        """After a batch whose commit failed: back to its first records on the partitions
+        still assigned, and a replay next, so that it is read again with the ranges it
+        was planned with (the same tokens) before any later batch is planned there.
+        Otherwise the next batch's plan would replace its plan, and the records between
+        would come back later in ranges of other tokens: counted twice by the hourly
+        view. (A rebalance under way replays from the committed offsets anyway.)"""
+        if self._unlanded is None:
+            return
+        mine = consumer.assignment()
+        for r in self._unlanded:
+            tp = TopicPartition(r.topic, r.partition)
+            if tp in mine:
+                consumer.seek(tp, r.first)
+        self._unlanded = None
+        if joined.assigned is None:
+            joined.assigned = set(mine)
 
     async def _collect(
         self, consumer: AIOKafkaConsumer, stop: asyncio.Event
