@@ -17,9 +17,9 @@ batch come back split between the members of the group. (The raw tables collapse
 replay by event id anyway; the hourly aggregate could not.)
 
 A batch is decoded while the one before it is inserted, and inserted once that one is
-committed, so that at most one planned batch is ever uncommitted: when a commit fails (a
-rebalance under way, a broker gone), the batch after it is not inserted, and the failed
-one is read again with its own ranges first. A batch decoded across a rebalance is not
+committed, so that at most one planned batch is ever uncommitted: when a commit fails
+because a rebalance has revoked the partitions, the batch after it is not inserted, and
+the failed one is read again with its own ranges first. A batch decoded across a rebalance is not
 inserted: the consumer moves back to its first records and reads them again after the
 replay (its dead letters, if any, are then sent twice).
 """
@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaError
+from aiokafka.errors import IllegalStateError, KafkaError
 from pydantic import BaseModel
 
 from gpusched.contracts import ContractError, DeadLetter, dead_letter_for, decode
@@ -211,9 +211,13 @@ class Sink:
         try:
             await consumer.commit(offsets)
         except KafkaError as exc:
-            # the group moved on (a broker restart, a rebalance): the batch is read
-            # again, with the same ranges, before anything after it (_read_unlanded_again)
-            self._unlanded = ranges
+            # The group moved on (a broker restart, a rebalance): the batch is read again
+            # and collapses onto the rows written. Revoked and not yet reassigned (no
+            # rebalance signalled yet), it is read again with its own ranges before
+            # anything after it is planned (_read_unlanded_again). Other failures leave
+            # the consumer where it is: the batches after it commit past it.
+            if isinstance(exc, IllegalStateError):
+                self._unlanded = ranges
             log.warning("offsets not committed (%s); the batch will be replayed", exc)
         self.stats.batches += 1
         await _measure_lag(consumer, self.prefix)
@@ -224,7 +228,7 @@ class Sink:
         was planned with (the same tokens) before any later batch is planned there.
         Otherwise the next batch's plan would replace its plan, and the records between
         would come back later in ranges of other tokens: counted twice by the hourly
-        view. (A rebalance under way replays from the committed offsets anyway.)"""
+        view. (The rebalance's replay starts from the committed offsets anyway.)"""
         if self._unlanded is None:
             return
         mine = consumer.assignment()
