@@ -508,3 +508,24 @@ def test_dynamic_key_is_the_sum_of_its_components() -> None:
     jobs = [late, fresh, gang]
     assert "late" in sched.policy.guarded
     assert sched.policy.keys(jobs, 5050.0) == [sched.policy.key(j, 5050.0) for j in jobs]
+
+
+def test_a_victim_preempted_though_not_in_the_way_is_released_once() -> None:
+    """Of the victims released to make room, those not needed go back; a needed one is
+    requeued, which releases it: it must not have been released already (found by the
+    property test: two half-GPU jobs and CPU counted free twice over after a preemption,
+    so that three half-GPU jobs shared one GPU)."""
+    durations = {"a": 5000.0, "b": 4000.0, "c": 100.0}
+    params = Params(preemption_cost_s=0.0)
+    policy = make_policy("srpt-oracle", oracle=durations.__getitem__)
+    sched = Scheduler([node("n", 1, cpu=8000)], policy, make_placement("spread"), params)
+    for t, name in enumerate(("a", "b")):
+        sched.submit(job(name, 0.5, float(t), cpu=1000), float(t))
+        sched.cycle(float(t))
+    assert set(sched.running) == {"a", "b"}
+    sched.submit(job("c", 0.5, 10.0, cpu=1000), 10.0)
+    sched.cycle(10.0)
+    assert set(sched.running) == {"b", "c"}  # a, with the most left, made room
+    n = sched.state.nodes["n"]
+    assert n.gpu_free == [pytest.approx(0.0)]
+    assert n.cpu_free == 8000 - 2000

@@ -475,6 +475,8 @@ class Scheduler:
             except InvalidDecision:
                 needed.append(victim)
         state.release(job.job_id, allocs)  # _start takes it again, with bookkeeping
+        for victim in needed:  # back in place: requeue releases them, with bookkeeping
+            state.allocate(victim.job_id, victim.allocations)
         state.commit()
         for victim in needed:
             self.requeue(victim.job_id, now)
