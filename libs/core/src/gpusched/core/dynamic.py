@@ -159,16 +159,12 @@ class Dynamic(Policy):
         return _log_gpu_s(self.s.predictor.rank_time(job, now), _gpus(job))
 
     def key(self, job: Job, ref_time: float) -> Key:
-        # the sum of ``components``, without building them (every pending job's key is
-        # computed at every refresh)
-        qos = self._qos_term(job.qos)
-        if job.job_id in self.guarded:
-            return (qos, job.submit_time)
-        return (self._log_rank(job, ref_time) + qos + self._fair_term(job.tenant), job.submit_time)
+        return self.keys([job], ref_time)[0]
 
     def keys(self, jobs: list[Job], ref_time: float) -> list[Key]:
-        # key for each job, with the rank times in one call: asked in the same order as
-        # key would ask them (the predictor's answers depend on what it was asked before)
+        # the sum of ``components`` for each job, without building them (every pending
+        # job's key is computed at every refresh), with the rank times in one call, asked
+        # in queue order (the predictor's answers depend on what it was asked before)
         guarded = self.guarded
         times = iter(
             self.s.predictor.rank_times([j for j in jobs if j.job_id not in guarded], ref_time)

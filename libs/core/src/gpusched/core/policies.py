@@ -6,6 +6,7 @@ caller and is labelled a bound, not a production policy.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from gpusched.core.dynamic import Dynamic
@@ -211,7 +212,7 @@ class SrptOracle(Policy):
             ran = v.executed_s + (now - start if start is not None else 0.0)
             gpus = v.request.num_gpu
             found.append((max(oracle(v.job_id) - ran, 0.0) * max(gpus, 0.01), v))
-        found.sort(key=_first, reverse=True)
+        found.sort(key=itemgetter(0), reverse=True)
         return [(v, (remaining - cost_s * v.request.num_gpu, remaining)) for remaining, v in found]
 
     def preemptable(self, victims: list[tuple[Job, Any]], context: float) -> list[Job]:
@@ -231,10 +232,6 @@ class SrptOracle(Policy):
 
     def may_preempt(self, facts: tuple[float, float], context: float) -> bool:
         return facts[0] > context
-
-
-def _first(pair: tuple[float, Job]) -> float:
-    return pair[0]
 
 
 POLICIES: dict[str, type[Policy]] = {

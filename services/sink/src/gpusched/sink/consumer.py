@@ -19,9 +19,9 @@ replay by event id anyway; the hourly aggregate could not.)
 A batch is decoded while the one before it is inserted, and inserted once that one is
 committed, so that at most one planned batch is ever uncommitted: when a commit fails
 because a rebalance has revoked the partitions, the batch after it is not inserted, and
-the failed one is read again with its own ranges first. A batch decoded across a rebalance is not
-inserted: the consumer moves back to its first records and reads them again after the
-replay (its dead letters, if any, are then sent twice).
+the failed one is read again with its own ranges first. A batch decoded across a
+rebalance is not inserted: the consumer moves back to its first records and reads them
+again after the replay (its dead letters, if any, are then sent twice).
 """
 
 from __future__ import annotations
@@ -103,8 +103,13 @@ def _rewind(consumer: AIOKafkaConsumer, batch: Sequence[ConsumerRecord]) -> None
     rebalance reset the positions to the committed offsets, but the batch may have been
     read after that reset, from them: without this its records would be skipped. (What
     lies before its first records was inserted by the batches before.)"""
+    _seek_to_firsts(consumer, _ranges(batch))
+
+
+def _seek_to_firsts(consumer: AIOKafkaConsumer, ranges: Sequence[OffsetRange]) -> None:
+    """Move to the first offset of each range on the partitions still assigned."""
     mine = consumer.assignment()
-    for r in _ranges(batch):
+    for r in ranges:
         tp = TopicPartition(r.topic, r.partition)
         if tp in mine:
             consumer.seek(tp, r.first)
@@ -231,14 +236,10 @@ class Sink:
         view. (The rebalance's replay starts from the committed offsets anyway.)"""
         if self._unlanded is None:
             return
-        mine = consumer.assignment()
-        for r in self._unlanded:
-            tp = TopicPartition(r.topic, r.partition)
-            if tp in mine:
-                consumer.seek(tp, r.first)
+        _seek_to_firsts(consumer, self._unlanded)
         self._unlanded = None
         if joined.assigned is None:
-            joined.assigned = set(mine)
+            joined.assigned = set(consumer.assignment())
 
     async def _collect(
         self, consumer: AIOKafkaConsumer, stop: asyncio.Event
