@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpusched.sim.targets import measured_text
+
 SETS = ("validation", "tune")
 
 
@@ -73,8 +75,8 @@ def render(doc: dict[str, Any]) -> str:
                 rule = ">=" if c.get("at_least") else "<="
                 met = "yes" if c["met"] else "**no**"
                 out.append(
-                    f"| {c['scenario'] or '(all)'} | {c['target']} | {c['measured']:.3f} | "
-                    f"{rule} {c['limit']:.2f} | {met} |"
+                    f"| {c['scenario'] or '(all)'} | {c['target']} | "
+                    f"{measured_text(c['measured'])} | {rule} {c['limit']:.2f} | {met} |"
                 )
             out.append("")
     return "\n".join(out)

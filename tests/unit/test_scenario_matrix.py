@@ -4,12 +4,14 @@ worker processes through the same replay, compared by ratios and checked on targ
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -17,6 +19,7 @@ from typer.testing import CliRunner
 from gpusched.cli.main import app
 from gpusched.sim import SimError, traces_dir
 from gpusched.sim.matrix import load_matrix
+from gpusched.sim.targets import check_targets, measured_text
 from gpusched.sim.traces import load_jobs
 from tests.processes import running
 
@@ -160,3 +163,31 @@ def test_the_workers_end_when_the_matrix_process_is_killed(tmp_path: Path) -> No
     for pid in alive:  # so that a failure leaves no orphans behind either
         os.kill(pid, signal.SIGKILL)
     assert not left, left
+
+
+def _classes_doc(ours: float, theirs: float) -> dict[str, Any]:
+    def result(high_wait: float) -> dict[str, Any]:
+        return {"wait_by_qos": {"high": {"avg_s": high_wait}}, "jct_by_qos": {}}
+
+    scenario = {
+        "set": "validation",
+        "tags": ["classes"],
+        "results": {"dynamic": result(ours), "tiresias-qos": result(theirs)},
+    }
+    return {"scenarios": {"s": scenario}, "summary": {}}
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "measured", "met"),
+    [(0.0, 0.0, None, True), (0.5, 1.0, 0.5, True), (0.6, 1.0, 0.6, False),
+     (0.01, 0.0, math.inf, False)],
+)  # fmt: skip
+def test_a_target_is_met_when_ours_is_within_limit_times_theirs(
+    ours: float, theirs: float, measured: float | None, met: bool
+) -> None:
+    """`high` wait <= 0.5x tiresias-qos's: 0 s against 0 s is within half of it; any wait
+    against a baseline of 0 is not; a ratio of 0 / 0 is shown as such, not as 1."""
+    (check,) = check_targets(_classes_doc(ours, theirs))
+    assert check.target == "high wait_by_qos / tiresias-qos"
+    assert (check.measured, check.met) == (measured, met)
+    assert measured_text(check.measured) == ("0 / 0" if measured is None else f"{measured:.3f}")

@@ -15,7 +15,7 @@ from gpusched.cli.progress import progress_bar
 from gpusched.cli.tables import fitted_table
 from gpusched.forecaster import ForecastOutlook
 from gpusched.sim.matrix import SETS, load_matrix, run_matrix
-from gpusched.sim.targets import check_targets
+from gpusched.sim.targets import check_targets, measured_text
 
 __all__ = ["run_matrix_command"]
 
@@ -148,7 +148,7 @@ def _targets_table(doc: dict[str, Any]) -> Table:
             c["set"],
             c["scenario"] or "(all)",
             c["target"],
-            f"{c['measured']:.3f}",
+            measured_text(c["measured"]),
             f"{'>=' if c.get('at_least') else '<='} {c['limit']:.2f}",
             "yes" if c["met"] else "NO",
         ]

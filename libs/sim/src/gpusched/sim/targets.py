@@ -14,7 +14,7 @@ from typing import Any
 
 from gpusched.sim.matrix import SETS
 
-__all__ = ["TARGETS", "Check", "Target", "check_targets"]
+__all__ = ["TARGETS", "Check", "Target", "check_targets", "measured_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +22,7 @@ class Check:
     set: str
     scenario: str  # "" for a target over the whole set
     target: str
-    measured: float
+    measured: float | None  # ours / baseline's; None when both are 0 (0 / 0)
     limit: float
     met: bool
     at_least: bool = False  # the measure must reach the limit (else: stay within it)
@@ -100,6 +100,14 @@ def _check(
     ours, theirs = target.value(sc["results"][policy]), target.value(baseline)
     if ours is None or theirs is None:
         return None
-    ratio = ours / theirs if theirs else (1.0 if ours == 0 else math.inf)
-    met = ratio >= target.limit if target.higher_is_better else ratio <= target.limit + 1e-12
+    # Met when ours is within (or reaches) limit x theirs, so that 0 against 0 is met by
+    # "at most half of it" and an ours > 0 against a baseline of 0 is not.
+    bar = target.limit * theirs
+    met = ours >= bar if target.higher_is_better else ours <= bar + 1e-12 * abs(theirs)
+    ratio = ours / theirs if theirs else (None if ours == 0 else math.inf)
     return Check(set_name, name, target.label, ratio, target.limit, met, target.higher_is_better)
+
+
+def measured_text(measured: float | None) -> str:
+    """A check's measure for a table: the ratio, or "0 / 0" when both figures are 0."""
+    return "0 / 0" if measured is None else f"{measured:.3f}"
