@@ -13,9 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from gpusched.sim.matrix import SETS
 from gpusched.sim.targets import measured_text
-
-SETS = ("validation", "tune")
 
 
 def _x(value: float | None) -> str:
