@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from gpusched.core import (
+    Decision,
     Job,
     NodeSpec,
     Params,
@@ -529,3 +532,80 @@ def test_a_victim_preempted_though_not_in_the_way_is_released_once() -> None:
     n = sched.state.nodes["n"]
     assert n.gpu_free == [pytest.approx(0.0)]
     assert n.cpu_free == 8000 - 2000
+
+
+def _nodes_of(sched: Scheduler, job_id: str) -> list[str]:
+    return [a.node_id for a in sched.running[job_id].allocations]
+
+
+def _consolidating(**params: Any) -> tuple[Scheduler, str, str]:
+    """``dynamic`` consolidating (no headroom, parks after 60 s) on two 8-GPU nodes: a 6-GPU job on
+    each and a 2-GPU one, "s", beside one of them; that one ends at 2000. Returns the
+    scheduler, the node left with "s" alone and the other."""
+    p = Params(
+        dynamic_consolidate=True,
+        dynamic_headroom_gpus=0,
+        dynamic_headroom_frac=0,
+        dynamic_park_after_s=60,
+    )
+    sched = Scheduler(
+        [node("a", 8), node("b", 8)],
+        make_policy("dynamic"),
+        make_placement("bestfit"),
+        dataclasses.replace(p, **params),
+    )
+    sched.submit(job("big-a", 6, 0), 0)
+    sched.submit(job("big-b", 6, 0), 0)
+    sched.cycle(0)
+    sched.submit(job("s", 2, 1), 1)
+    sched.cycle(1)
+    (alone,) = _nodes_of(sched, "s")
+    neighbour = next(j for j in ("big-a", "big-b") if _nodes_of(sched, j) == [alone])
+    (other,) = {"a", "b"} - {alone}
+    sched.finish(neighbour, 2000)
+    return sched, alone, other
+
+
+def _moves(decisions: list[Decision]) -> list[tuple[str, str]]:
+    return [(type(d).__name__, d.job_id) for d in decisions if isinstance(d, Preempt | Place)]
+
+
+def test_dynamic_empties_a_lightly_used_node_onto_a_busy_one_and_parks_it() -> None:
+    """Consolidation: with nothing waiting, the job left alone on a node restarts beside
+    the other node's job, so that the emptied node is parked."""
+    sched, alone, other = _consolidating()
+    assert _moves(sched.cycle(2000).decisions) == [("Preempt", "s"), ("Place", "s")]
+    assert _nodes_of(sched, "s") == [other]
+    assert sched.migrations == 1
+    parked = [d.node_id for d in sched.cycle(2061).decisions if isinstance(d, ParkNode)]
+    assert parked == [alone]
+
+
+def test_dynamic_consolidates_only_with_nothing_waiting_and_when_it_pays() -> None:
+    # A 7-GPU job waits (it fits nowhere and is too new to preempt for): nothing moves.
+    sched, alone, _ = _consolidating()
+    sched.submit(job("wide", 7, 2000), 2000)
+    assert _moves(sched.cycle(2000).decisions) == []
+    assert _nodes_of(sched, "s") == [alone]
+    # The headroom keeps the emptied node on (8 GPUs more than run): its host idles
+    # instead of busy (250 W less until "s" is expected to end, ~1,999 s), which pays
+    # for a restart of 120 s on 2 GPUs at 250 W, but not for one of 1,500 s.
+    sched, _, other = _consolidating(dynamic_headroom_gpus=8)
+    assert _moves(sched.cycle(2000).decisions) == [("Preempt", "s"), ("Place", "s")]
+    assert not any(isinstance(d, ParkNode) for d in sched.cycle(2061).decisions)
+    sched, _, _ = _consolidating(dynamic_headroom_gpus=8, preemption_cost_s=1500)
+    assert _moves(sched.cycle(2000).decisions) == []
+    # "s" has run less than one restart cost: it is not moved then, but once it has
+    # (tried again a restart cost after the last try, the cluster being unchanged).
+    sched, _, other = _consolidating(preemption_cost_s=5000)
+    assert _moves(sched.cycle(2000).decisions) == []
+    assert _moves(sched.cycle(6999).decisions) == []
+    assert _moves(sched.cycle(7000).decisions) == [("Preempt", "s"), ("Place", "s")]
+    assert _nodes_of(sched, "s") == [other]
+
+
+def test_consolidation_is_a_setting_off_by_default() -> None:
+    assert not Params().dynamic_consolidate
+    sched, alone, _ = _consolidating(dynamic_consolidate=False)
+    assert _moves(sched.cycle(2000).decisions) == []
+    assert _nodes_of(sched, "s") == [alone]

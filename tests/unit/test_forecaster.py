@@ -345,9 +345,12 @@ class _Outlook:
         return self.high if priority_class == "high" else None
 
 
-def _cluster(outlook: _Outlook | None) -> Scheduler:
+def _cluster(outlook: _Outlook | None, consolidate: bool = False) -> Scheduler:
     nodes = [NodeSpec(f"n{i}", "V100", 8, 10**6, 10**6) for i in range(10)]
-    sched = Scheduler(nodes, make_policy("dynamic"), make_placement("bestfit"), outlook=outlook)
+    params = Params(dynamic_consolidate=consolidate)
+    sched = Scheduler(
+        nodes, make_policy("dynamic"), make_placement("bestfit"), params, outlook=outlook
+    )
     sched.submit(Job("busy", Request(8), 0.0), 0.0)
     sched.cycle(0.0)
     return sched
@@ -370,7 +373,26 @@ def _parked(sched: Scheduler) -> int:
 def test_dynamic_parks_by_the_forecast(
     outlook: _Outlook | None, parked_at_700: int, parked_at_1000: int
 ) -> None:
+    """Without consolidation the forecast takes the fixed headroom's place."""
     sched = _cluster(outlook)
+    sched.cycle(700.0)
+    assert _parked(sched) == parked_at_700
+    sched.cycle(1000.0)
+    assert _parked(sched) == parked_at_1000
+
+
+@pytest.mark.parametrize(
+    ("outlook", "parked_at_700", "parked_at_1000"),
+    [
+        (_Outlook(0, 0, 4), 6, 6),  # the fixed headroom (16.4 GPUs) stays under it
+        (_Outlook(0, 20, 4), 6, 6),  # a rise within the hour: as much as the fixed
+        (_Outlook(0, 40, 4), 3, 3),  # a larger rise keeps more on
+    ],
+)
+def test_a_consolidating_dynamic_keeps_the_fixed_headroom_under_the_forecast(
+    outlook: _Outlook, parked_at_700: int, parked_at_1000: int
+) -> None:
+    sched = _cluster(outlook, consolidate=True)
     sched.cycle(700.0)
     assert _parked(sched) == parked_at_700
     sched.cycle(1000.0)

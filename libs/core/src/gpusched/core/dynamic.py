@@ -14,6 +14,7 @@ from gpusched.core.runtime import SortedWindow
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from gpusched.core.cluster import NodeState
     from gpusched.core.scheduler import Scheduler
 
 __all__ = ["Dynamic"]
@@ -258,6 +259,52 @@ class Dynamic(Policy):
         _, bar, cost, rank = facts
         return rank > bar * math.exp(context) + cost
 
+    @property
+    def consolidates(self) -> bool:  # type: ignore[override]
+        return self.p.dynamic_energy_aware and self.p.dynamic_consolidate
+
+    def worth_moving(self, jobs: list[Job], node: NodeState, now: float, parks: bool) -> bool:
+        """Whether emptying ``node`` saves more energy than its jobs' restarts cost. The
+        saving runs until the last of its jobs is expected to end: a node parked (after
+        its park delay) draws parked instead of host busy plus its idle GPUs; one kept on
+        as headroom draws host idle instead of host busy. The cost is the restart cost's
+        GPU-seconds redone at busy power. Guarded jobs and jobs that have not yet run for
+        the restart cost are not moved."""
+        cost_s, guarded = self.p.preemption_cost_s, self.guarded
+        if any(j.job_id in guarded or j.running_for(now) < cost_s for j in jobs):
+            return False
+        power = self.s.power
+        host, gpu = power.host(node.spec.num_gpus), power.gpu(node.spec.gpu_model)
+        remaining = max(self.s.predictor.expected_remaining(j, now) for j in jobs)
+        if parks:
+            saved_w = host.host_busy_w + node.spec.num_gpus * gpu.idle_w - host.parked_w
+            saving_s = remaining - self._park_after()
+        else:
+            saved_w, saving_s = host.host_busy_w - host.host_idle_w, remaining
+        redone_j = cost_s * gpu.busy_w * sum(j.request.num_gpu for j in jobs)
+        return saved_w * saving_s > redone_j
+
+    def consolidation_budget(self, now: float) -> float:
+        """What is on beyond the GPUs the power step keeps on, less the idle nodes (they
+        are parked first): emptying more would only move jobs onto a node kept on."""
+        capacity = allocated = idle = 0.0
+        for node in self.s.state.nodes.values():
+            if node.power is PowerState.PARKED:
+                continue
+            n = node.spec.num_gpus
+            capacity += n
+            if node.power is PowerState.ON:
+                allocated += n - node.free_gpu
+                idle += n if node.idle else 0.0
+        _, keep, _ = self._need(now, allocated)
+        return capacity - keep - idle
+
+    def _park_after(self) -> float:
+        """How long a node stays idle before it is parked."""
+        if self.s.outlook is not None:
+            return min(self.p.dynamic_park_after_s, self.p.dynamic_forecast_park_after_s)
+        return self.p.dynamic_park_after_s
+
     def waits_for_wake(self, job: Job) -> bool:
         # The classes with headroom of their own are not made to wait for a wake: they
         # preempt as before (their waits are a target against tiresias-qos, which never
@@ -292,10 +339,7 @@ class Dynamic(Policy):
         """When an idle node may next be parked (its park-after time is reached)."""
         if not self.p.dynamic_energy_aware:
             return None
-        after = self.p.dynamic_park_after_s
-        if self.s.outlook is not None:
-            after = min(after, self.p.dynamic_forecast_park_after_s)
-        return next_idle_deadline(self.s, now, after)
+        return next_idle_deadline(self.s, now, self._park_after())
 
     def power(self, now: float) -> list[Decision]:
         """Wake what waiting jobs can use; keep on what runs and a headroom; park the rest
@@ -346,7 +390,9 @@ class Dynamic(Policy):
         for ``dynamic_park_after_s`` is parked. A forecast (the scheduler's ``outlook``)
         takes the fixed headroom's place: what runs plus the rise predicted before a
         node woken now would be ready (wake ahead) plus the predicted arrivals of the
-        high classes in that time (their own headroom); a node is kept when the rise
+        high classes in that time (their own headroom), and at least the fixed headroom
+        when the policy consolidates (``dynamic_consolidate``: the free GPUs of partly
+        used nodes, which it takes away, had served arrivals); a node is kept when the rise
         predicted over the look-ahead would need it, and an idle node it does not need
         is parked after ``dynamic_forecast_park_after_s``.
         """
@@ -362,5 +408,9 @@ class Dynamic(Policy):
             return fixed, fixed, p.dynamic_park_after_s  # no forecast yet
         high = sum(outlook.arrivals(now, lead, c) or 0.0 for c in p.dynamic_headroom_classes)
         need = allocated + max(rise, 0.0) + high
+        if self.consolidates:
+            # Consolidation takes away the free GPUs of partly used nodes, which had
+            # served arrivals the forecast misses: the fixed headroom stays under it.
+            need = max(need, fixed)
         keep = max(need, allocated + max(later, 0.0) + high)
         return need, keep, p.dynamic_forecast_park_after_s

@@ -236,15 +236,15 @@ class Params:
     )
     dynamic_headroom_gpus: float = _p(
         16.0,
-        "idle GPUs kept on for arrivals (without a demand forecast: a forecast's predicted "
-        "rise takes this headroom's place)",
+        "idle GPUs kept on for arrivals (with a demand forecast, its predicted rise takes "
+        "this headroom's place, unless dynamic_consolidate is on: then the larger of the two)",
         lo=0.0,
         hi=100_000.0,
         unit="GPUs",
     )
     dynamic_headroom_frac: float = _p(
         0.05,
-        "more idle-on headroom as a share of GPUs in use (without a demand forecast)",
+        "more idle-on headroom as a share of GPUs in use (as dynamic_headroom_gpus)",
         lo=0.0,
         hi=1.0,
     )
@@ -253,6 +253,13 @@ class Params:
     )
     dynamic_energy_aware: bool = _p(
         True, "park idle nodes and wake them ahead of demand", dangerous=True
+    )
+    dynamic_consolidate: bool = _p(
+        False,
+        "with no job waiting, restart the jobs of lightly used nodes on nodes that already "
+        "run jobs, when the energy saved until they are expected to end (the node parked, "
+        "or its host idle) exceeds their restarts' (preemption_cost_s at busy power); "
+        "off by default: on the tune set it costs the queueing scenarios (docs/results.md)",
     )
     dynamic_headroom_classes: tuple[str, ...] = _p(
         ("high",),

@@ -10,6 +10,7 @@ from gpusched.core.model import Decision, Job
 from gpusched.core.powersave import SuspendIdle
 
 if TYPE_CHECKING:
+    from gpusched.core.cluster import NodeState
     from gpusched.core.scheduler import Scheduler
 
 __all__ = ["Key", "Oracle", "Policy"]
@@ -70,6 +71,19 @@ class Policy:
         that node rather than preempt (Slurm resumes a powered-down node rather than
         preempt for a job it can hold)."""
         return True
+
+    # Consolidation (``Scheduler._consolidate``): with no job waiting, a policy that
+    # consolidates may have a node's jobs restarted on nodes that already run jobs.
+    consolidates = False
+
+    def worth_moving(self, jobs: list[Job], node: NodeState, now: float, parks: bool) -> bool:
+        """Whether emptying ``node`` of ``jobs`` (each restarting elsewhere) pays; ``parks``:
+        whether the power step would then park the node (else it stays on, idle)."""
+        return False
+
+    def consolidation_budget(self, now: float) -> float:
+        """GPUs' worth of busy nodes that, once emptied, the power step would park."""
+        return 0.0
 
     def victim_order(self, victim: Job, facts: Any, now: float) -> Key:
         """Victims are released largest key first (by default: lowest priority first)."""

@@ -8,10 +8,11 @@ argument; nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpusched.core.cluster import ClusterState
+from gpusched.core.cluster import ClusterState, NodeState
 from gpusched.core.errors import InvalidDecision
 from gpusched.core.fairshare import FairShare
 from gpusched.core.model import (
@@ -112,6 +113,9 @@ class Scheduler:
         self._dirty = True
         self._charged_at: dict[str, float] = {}
         self._excluded: frozenset[str] = frozenset()  # the last cycle's
+        self.migrations = 0  # jobs moved to empty a node (``_consolidate``)
+        # When ``_consolidate`` last ran: the state's version and the time
+        self._consolidated_at: tuple[int, float] = (-1, -math.inf)
         policy.bind(self)
 
     @classmethod
@@ -243,8 +247,10 @@ class Scheduler:
         2. admit: walk pending jobs in priority order; place what fits; for the first
            blocked job, preempt (preemptive policies) or reserve nodes (backfill,
            dynamic); fifo stops at its first blocked job;
-        3. power: park idle nodes and wake parked ones (energy-aware policies);
-        4. explain: a reason for every job left pending (when asked).
+        3. consolidate: with no job waiting, empty lightly used nodes onto busy ones
+           (policies that consolidate: ``dynamic``), so the power step can park them;
+        4. power: park idle nodes and wake parked ones (energy-aware policies);
+        5. explain: a reason for every job left pending (when asked).
         """
         result = CycleResult()
         # 1. refresh
@@ -263,11 +269,14 @@ class Scheduler:
             finally:
                 self.state.unhide(hidden)
         self._dirty = False
-        # 3. power
+        # 3. consolidate
+        if self.policy.consolidates and not len(self.queue):
+            self._consolidate(now, result.decisions, out)
+        # 4. power
         for decision in self.policy.power(now):
             self._apply_power(decision, now)
             result.decisions.append(decision)
-        # 4. explain
+        # 5. explain
         if explain_pending:
             result.pending = self.explain_all(now)
         return result
@@ -484,6 +493,76 @@ class Scheduler:
         self._start(job, allocs, now, decisions)
         self._victims = None
         return True
+
+    def _consolidate(self, now: float, decisions: list[Decision], excluded: frozenset[str]) -> None:
+        """Empty the least used nodes, one after another, onto the other nodes that run
+        jobs, so that the emptied node is parked or at least its host idles. A node is
+        emptied only when each of its jobs runs on it alone, the policy finds the move
+        worth its restarts (``Policy.worth_moving``, told whether the node would then be
+        parked: whether its GPUs are within ``Policy.consolidation_budget``) and all of
+        them fit on nodes that already run jobs (never on an idle, excluded or emptied
+        node, so each move leaves one node fewer with jobs and moves cannot cycle). Each
+        moved job is preempted and restarted at once (it loses the restart cost). The
+        first node that cannot be emptied ends the step (one whose jobs may not move is
+        passed over). Nothing is tried again until the cluster state changes or a restart
+        cost has passed (a job too young to move may have grown old enough, and expected
+        remainders change)."""
+        state, policy = self.state, self.policy
+        version, at = self._consolidated_at
+        if state.version == version and now < at + self.params.preemption_cost_s:
+            return
+        budget = policy.consolidation_budget(now)
+        busy = sorted(
+            (n for n in state.on_nodes() if n.jobs and n.node_id not in excluded),
+            key=lambda n: (n.spec.num_gpus - n.free_gpu, n.node_id),
+        )
+        hidden = [n.node_id for n in state.on_nodes() if not n.jobs] + sorted(excluded)
+        state.hide(hidden)
+        try:
+            for node in busy[:-1]:  # the busiest has no other node to go to
+                jobs = [self.running[j] for j in node.jobs]
+                parks = node.spec.num_gpus <= budget
+                if any(len(j.allocations) != 1 for j in jobs) or not policy.worth_moving(
+                    jobs, node, now, parks
+                ):
+                    continue
+                moves = self._moves_off(node, jobs)
+                if moves is None:
+                    break
+                for job, allocs in moves:
+                    self.requeue(job.job_id, now)
+                    why = f"consolidate: empties {node.node_id}" + (" to park it" if parks else "")
+                    decisions.append(Preempt(job.job_id, why))
+                    self._start(job, allocs, now, decisions)
+                    self.migrations += 1
+                state.hide([node.node_id])
+                hidden.append(node.node_id)
+                budget -= node.spec.num_gpus if parks else 0
+        finally:
+            state.unhide(hidden)
+        self._consolidated_at = (state.version, now)
+
+    def _moves_off(
+        self, node: NodeState, jobs: list[Job]
+    ) -> list[tuple[Job, tuple[Allocation, ...]]] | None:
+        """Where each of ``jobs`` (those of ``node``) would restart on the visible nodes
+        other than ``node``, largest first, or None if one of them does not fit."""
+        state = self.state
+        moves: list[tuple[Job, tuple[Allocation, ...]]] = []
+        mark = state.checkpoint()
+        state.hide([node.node_id])
+        try:
+            for job in sorted(jobs, key=lambda j: (-j.request.num_gpu, j.job_id)):
+                allocs = self.placement.place(state, job.request)
+                if allocs is None:
+                    return None
+                state.allocate(job.job_id, allocs)  # a trial: rolled back below
+                moves.append((job, allocs))
+        finally:
+            state.rollback(mark)
+            state.commit()
+            state.unhide([node.node_id])
+        return moves
 
     def _apply_power(self, decision: Decision, now: float) -> None:
         if isinstance(decision, ParkNode):

@@ -88,7 +88,8 @@ class RunResult:
     allocated_gpu_s: float = 0.0
     energy_j: float = 0.0
     floor_energy_j: float = 0.0
-    preemptions: int = 0
+    preemptions: int = 0  # every preemption, the moves of consolidation included
+    migrations: int = 0  # jobs moved to empty a node so it can be parked
     makespan_s: float = 0.0
     parked_node_s: float = 0.0  # node-seconds parked (not waking) within the window
     # time jobs waited, between their submission and their start, for a node they were
@@ -239,6 +240,7 @@ class Simulation:
         if self.experiment != "packing":
             res.unfinished = [*sched.queue.ids(), *sched.running]
         res.energy_j, res.floor_energy_j = meter.total_j, meter.floor_j
+        res.migrations = sched.migrations
         res.makespan_s = last_t - res.window[0]
         if self.experiment == "packing":
             total = max(res.total_gpus, 1)

@@ -87,6 +87,7 @@ def summarize(run: RunResult, experiment: str) -> dict[str, Any]:
         "idle_energy_kwh": (run.energy_j - run.floor_energy_j) / J_PER_KWH,
         "floor_energy_kwh": run.floor_energy_j / J_PER_KWH,
         "preemptions": run.preemptions,
+        "migrations": run.migrations,
         "wake_wait_s": run.wake_wait_s,
         "parked_node_hours": run.parked_node_s / 3600,
         "fairness": jain(tenant_means),
