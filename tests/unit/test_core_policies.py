@@ -539,9 +539,10 @@ def _nodes_of(sched: Scheduler, job_id: str) -> list[str]:
 
 
 def _consolidating(**params: Any) -> tuple[Scheduler, str, str]:
-    """``dynamic`` consolidating (no headroom, parks after 60 s) on two 8-GPU nodes: a 6-GPU job on
-    each and a 2-GPU one, "s", beside one of them; that one ends at 2000. Returns the
-    scheduler, the node left with "s" alone and the other."""
+    """``dynamic`` consolidating (no headroom, parks after 60 s) on three 8-GPU nodes,
+    "c" parked: a 6-GPU job on each of the others and a 2-GPU one, "s", beside one of
+    them; that one ends at 2000. Returns the scheduler, the node left with "s" alone
+    and the other."""
     p = Params(
         dynamic_consolidate=True,
         dynamic_headroom_gpus=0,
@@ -549,7 +550,7 @@ def _consolidating(**params: Any) -> tuple[Scheduler, str, str]:
         dynamic_park_after_s=60,
     )
     sched = Scheduler(
-        [node("a", 8), node("b", 8)],
+        [node("a", 8), node("b", 8), node("c", 8)],
         make_policy("dynamic"),
         make_placement("bestfit"),
         dataclasses.replace(p, **params),
@@ -559,9 +560,11 @@ def _consolidating(**params: Any) -> tuple[Scheduler, str, str]:
     sched.cycle(0)
     sched.submit(job("s", 2, 1), 1)
     sched.cycle(1)
+    parked = [d.node_id for d in sched.cycle(100).decisions if isinstance(d, ParkNode)]
+    assert parked == ["c"]  # consolidation runs only while some node is parked
     (alone,) = _nodes_of(sched, "s")
     neighbour = next(j for j in ("big-a", "big-b") if _nodes_of(sched, j) == [alone])
-    (other,) = {"a", "b"} - {alone}
+    (other,) = {"a", "b"} - {alone}  # bestfit: "c" stayed empty
     sched.finish(neighbour, 2000)
     return sched, alone, other
 
@@ -587,13 +590,13 @@ def test_dynamic_consolidates_only_with_nothing_waiting_and_when_it_pays() -> No
     sched.submit(job("wide", 7, 2000), 2000)
     assert _moves(sched.cycle(2000).decisions) == []
     assert _nodes_of(sched, "s") == [alone]
-    # The headroom keeps the emptied node on (8 GPUs more than run): its host idles
+    # The headroom keeps the emptied node on (2 GPUs more than run): its host idles
     # instead of busy (250 W less until "s" is expected to end, ~1,999 s), which pays
     # for a restart of 120 s on 2 GPUs at 250 W, but not for one of 1,500 s.
-    sched, _, other = _consolidating(dynamic_headroom_gpus=8)
+    sched, _, other = _consolidating(dynamic_headroom_gpus=2)
     assert _moves(sched.cycle(2000).decisions) == [("Preempt", "s"), ("Place", "s")]
     assert not any(isinstance(d, ParkNode) for d in sched.cycle(2061).decisions)
-    sched, _, _ = _consolidating(dynamic_headroom_gpus=8, preemption_cost_s=1500)
+    sched, _, _ = _consolidating(dynamic_headroom_gpus=2, preemption_cost_s=1500)
     assert _moves(sched.cycle(2000).decisions) == []
     # "s" has run less than one restart cost: it is not moved then, but once it has
     # (tried again a restart cost after the last try, the cluster being unchanged).

@@ -389,10 +389,13 @@ def test_dynamic_parks_by_the_forecast(
         (_Outlook(0, 40, 4), 3, 3),  # a larger rise keeps more on
     ],
 )
-def test_a_consolidating_dynamic_keeps_the_fixed_headroom_under_the_forecast(
+def test_a_consolidating_dynamic_keeps_the_fixed_headroom_after_a_move(
     outlook: _Outlook, parked_at_700: int, parked_at_1000: int
 ) -> None:
+    """For the look-ahead (an hour) after a consolidation move, the fixed headroom
+    stays under the forecast's; with no move, the forecast's alone (the case above)."""
     sched = _cluster(outlook, consolidate=True)
+    sched.migrated_at = 0.0  # as if a job had been moved at 0
     sched.cycle(700.0)
     assert _parked(sched) == parked_at_700
     sched.cycle(1000.0)

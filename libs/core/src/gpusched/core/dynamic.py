@@ -391,8 +391,9 @@ class Dynamic(Policy):
         takes the fixed headroom's place: what runs plus the rise predicted before a
         node woken now would be ready (wake ahead) plus the predicted arrivals of the
         high classes in that time (their own headroom), and at least the fixed headroom
-        when the policy consolidates (``dynamic_consolidate``: the free GPUs of partly
-        used nodes, which it takes away, had served arrivals); a node is kept when the rise
+        within ``dynamic_forecast_lookahead_s`` after a consolidation move (the free GPUs
+        of partly used nodes, which it takes away, had served arrivals); a node is kept
+        when the rise
         predicted over the look-ahead would need it, and an idle node it does not need
         is parked after ``dynamic_forecast_park_after_s``.
         """
@@ -408,9 +409,10 @@ class Dynamic(Policy):
             return fixed, fixed, p.dynamic_park_after_s  # no forecast yet
         high = sum(outlook.arrivals(now, lead, c) or 0.0 for c in p.dynamic_headroom_classes)
         need = allocated + max(rise, 0.0) + high
-        if self.consolidates:
+        if self.consolidates and now - self.s.migrated_at <= p.dynamic_forecast_lookahead_s:
             # Consolidation takes away the free GPUs of partly used nodes, which had
-            # served arrivals the forecast misses: the fixed headroom stays under it.
+            # served arrivals the forecast misses: for the look-ahead after a move, the
+            # fixed headroom stays under the forecast's.
             need = max(need, fixed)
         keep = max(need, allocated + max(later, 0.0) + high)
         return need, keep, p.dynamic_forecast_park_after_s

@@ -237,7 +237,8 @@ class Params:
     dynamic_headroom_gpus: float = _p(
         16.0,
         "idle GPUs kept on for arrivals (with a demand forecast, its predicted rise takes "
-        "this headroom's place, unless dynamic_consolidate is on: then the larger of the two)",
+        "this headroom's place, unless dynamic_consolidate moved a job within "
+        "dynamic_forecast_lookahead_s: then the larger of the two)",
         lo=0.0,
         hi=100_000.0,
         unit="GPUs",
@@ -256,10 +257,11 @@ class Params:
     )
     dynamic_consolidate: bool = _p(
         False,
-        "with no job waiting, restart the jobs of lightly used nodes on nodes that already "
-        "run jobs, when the energy saved until they are expected to end (the node parked, "
-        "or its host idle) exceeds their restarts' (preemption_cost_s at busy power); "
-        "off by default: on the tune set it costs the queueing scenarios (docs/results.md)",
+        "with no job waiting and some node parked, restart the jobs of lightly used nodes "
+        "on nodes that already run jobs, when the energy saved until they are expected to "
+        "end (the node parked, or its host idle) exceeds their restarts' (preemption_cost_s "
+        "at busy power); off by default: on the tune set it costs the queueing scenarios "
+        "(docs/results.md)",
     )
     dynamic_headroom_classes: tuple[str, ...] = _p(
         ("high",),

@@ -114,6 +114,7 @@ class Scheduler:
         self._charged_at: dict[str, float] = {}
         self._excluded: frozenset[str] = frozenset()  # the last cycle's
         self.migrations = 0  # jobs moved to empty a node (``_consolidate``)
+        self.migrated_at = -math.inf  # when the last of them was moved
         # When ``_consolidate`` last ran: the state's version and the time
         self._consolidated_at: tuple[int, float] = (-1, -math.inf)
         policy.bind(self)
@@ -247,8 +248,9 @@ class Scheduler:
         2. admit: walk pending jobs in priority order; place what fits; for the first
            blocked job, preempt (preemptive policies) or reserve nodes (backfill,
            dynamic); fifo stops at its first blocked job;
-        3. consolidate: with no job waiting, empty lightly used nodes onto busy ones
-           (policies that consolidate: ``dynamic``), so the power step can park them;
+        3. consolidate: with no job waiting and some node parked, empty lightly used
+           nodes onto busy ones (policies that consolidate: ``dynamic`` with
+           ``dynamic_consolidate``), so the power step can park them;
         4. power: park idle nodes and wake parked ones (energy-aware policies);
         5. explain: a reason for every job left pending (when asked).
         """
@@ -270,7 +272,9 @@ class Scheduler:
                 self.state.unhide(hidden)
         self._dirty = False
         # 3. consolidate
-        if self.policy.consolidates and not len(self.queue):
+        # (only while some node is parked or waking: a cluster with all its nodes on
+        # has no spare capacity to pack its jobs into)
+        if self.policy.consolidates and not len(self.queue) and not self.state.all_on():
             self._consolidate(now, result.decisions, out)
         # 4. power
         for decision in self.policy.power(now):
@@ -535,6 +539,7 @@ class Scheduler:
                     decisions.append(Preempt(job.job_id, why))
                     self._start(job, allocs, now, decisions)
                     self.migrations += 1
+                    self.migrated_at = now
                 state.hide([node.node_id])
                 hidden.append(node.node_id)
                 budget -= node.spec.num_gpus if parks else 0
