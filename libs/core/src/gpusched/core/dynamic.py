@@ -393,9 +393,8 @@ class Dynamic(Policy):
         high classes in that time (their own headroom), and at least the fixed headroom
         within ``dynamic_forecast_lookahead_s`` after a consolidation move (the free GPUs
         of partly used nodes, which it takes away, had served arrivals); a node is kept
-        when the rise
-        predicted over the look-ahead would need it, and an idle node it does not need
-        is parked after ``dynamic_forecast_park_after_s``.
+        when the rise predicted over the look-ahead would need it, and an idle node it
+        does not need is parked after ``dynamic_forecast_park_after_s``.
         """
         p = self.p
         fixed = allocated + p.dynamic_headroom_gpus + p.dynamic_headroom_frac * allocated
