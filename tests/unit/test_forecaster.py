@@ -402,6 +402,13 @@ def test_a_consolidating_dynamic_keeps_the_fixed_headroom_after_a_move(
     assert _parked(sched) == parked_at_1000
 
 
+def test_the_floor_ends_a_look_ahead_after_the_last_move() -> None:
+    sched = _cluster(_Outlook(0, 0, 4), consolidate=True)
+    sched.migrated_at = 700.0 - 3601.0  # moved longer ago than the look-ahead (1 h)
+    sched.cycle(700.0)
+    assert _parked(sched) == 8  # the forecast's headroom alone, as without consolidation
+
+
 def test_dynamic_wakes_ahead_of_predicted_demand() -> None:
     sched = _cluster(_Outlook(0, 0, 0))
     sched.cycle(700.0)
