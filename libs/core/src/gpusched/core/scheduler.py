@@ -533,9 +533,9 @@ class Scheduler:
                 moves = self._moves_off(node, jobs)
                 if moves is None:
                     break
+                why = f"consolidate: empties {node.node_id}" + (" to park it" if parks else "")
                 for job, allocs in moves:
                     self.requeue(job.job_id, now)
-                    why = f"consolidate: empties {node.node_id}" + (" to park it" if parks else "")
                     decisions.append(Preempt(job.job_id, why))
                     self._start(job, allocs, now, decisions)
                     self.migrations += 1
