@@ -354,6 +354,22 @@ async def test_preempt_and_cancel_free_the_gpus(cluster: Cluster) -> None:
     await _until(b, events[-1].seq, _has(a, RUNNING))
 
 
+async def test_a_job_moved_at_once_runs_on_its_new_node(cluster: Cluster) -> None:
+    """A consolidation move as the dispatcher applies it: one cycle's Preempt and then
+    Place of the same job on another node, the second sent before the cluster has
+    reported the first (Slurm, still requeueing the job then, took the node update and
+    the release, and kept the job held: two runs in three)."""
+    b, (n0, n1), a = cluster.backend, cluster.nodes, cluster.id("a")
+    job_a = await cluster.job("a", 2)
+    await b.place(job_a, _on(n0, 0, 1), "d1")
+    await _until(b, 0, _has(a, RUNNING))
+    await b.preempt(a, "d2")
+    await b.place(job_a, _on(n1, 0, 1), "d3")
+    events = await _until(b, 0, lambda events: _steps(events, a).count(RUNNING) == 2)
+    assert _steps(events, a)[:5] == [PLACED, RUNNING, JobEventType.PREEMPTED, PLACED, RUNNING]
+    assert [(j.job_id, j.node_ids) for j in await b.jobs()] in ([(a, (n1,))], [])  # or ended
+
+
 async def test_park_and_wake(cluster: Cluster) -> None:
     b, (n0, n1), a = cluster.backend, cluster.nodes, cluster.id("a")
     await b.place(await cluster.job("a"), _on(n0, 0), "d1")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -44,6 +45,8 @@ from gpusched.dispatcher.backend import (
 __all__ = ["SlurmBackend", "expand_hostlist", "gres_indices", "slurm_nice"]
 
 API = "/slurm/v0.0.38"
+_REQUEUEING = ("COMPLETING", "REQUEUE_HOLD", "REQUEUED", "REQUEUE_FED")
+_REQUEUE_WITHIN_S = 10.0  # longest wait in ``place`` for a requeue to finish
 _ENDS = {
     "COMPLETED": JobEventType.FINISHED,
     "CANCELLED": JobEventType.CANCELLED,
@@ -188,6 +191,7 @@ class SlurmBackend:
         gres = [f"--gpus={gpu_type.lower()}:{max(gpus, 1)}"] if job.request.num_gpu else []
         held = self._ids.get(job.job_id)
         if held is not None:  # requeued earlier: send it to the new nodes and release it
+            await self._requeued(job.job_id)
             # A requeued job may only begin after a delay Slurm sets; StartTime=now lifts it.
             await self._cli(
                 "scontrol", "update", f"JobId={held}", f"ReqNodeList={','.join(nodes)}",
@@ -203,6 +207,20 @@ class SlurmBackend:
             held = int(out.strip().split(";")[0])
             self._ids[job.job_id] = held
         await self._cli("scontrol", "release", str(held))
+
+    async def _requeued(self, job_id: str) -> None:
+        """Wait until Slurm has finished requeueing ``job_id`` (a move places a job in
+        the cycle that preempted it): a job still completing takes the node update and
+        the release, and is held by its requeue all the same, for good."""
+        deadline = time.monotonic() + _REQUEUE_WITHIN_S
+        while True:
+            jobs = await self._slurm_jobs()
+            state = next((str(j["job_state"]) for j in jobs if j["name"] == job_id), "")
+            if state not in _REQUEUEING:
+                return
+            if time.monotonic() > deadline:
+                raise NotPlaceable(f"job {job_id} is still being requeued ({state})")
+            await asyncio.sleep(self.poll_s / 4)
 
     async def _check_room(
         self, job_id: str, allocations: tuple[Allocation, ...]
