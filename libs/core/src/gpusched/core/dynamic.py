@@ -263,26 +263,21 @@ class Dynamic(Policy):
     def consolidates(self) -> bool:  # type: ignore[override]
         return self.p.dynamic_energy_aware and self.p.dynamic_consolidate
 
-    def worth_moving(self, jobs: list[Job], node: NodeState, now: float, parks: bool) -> bool:
-        """Whether emptying ``node`` saves more energy than its jobs' restarts cost. The
-        saving runs until the last of its jobs is expected to end: a node parked (after
-        its park delay) draws parked instead of host busy plus its idle GPUs; one kept on
-        as headroom draws host idle instead of host busy. The cost is the restart cost's
-        GPU-seconds redone at busy power. Guarded jobs and jobs that have not yet run for
-        the restart cost are not moved."""
+    def worth_moving(self, jobs: list[Job], node: NodeState, now: float) -> bool:
+        """Whether emptying ``node`` saves more energy than its jobs' restarts cost: once
+        parked (after its park delay) until the last of its jobs is expected to end, the
+        node draws parked instead of host busy plus its idle GPUs; the cost is the
+        restart cost's GPU-seconds redone at busy power. Guarded jobs and jobs that have
+        not yet run for the restart cost are not moved."""
         cost_s, guarded = self.p.preemption_cost_s, self.guarded
         if any(j.job_id in guarded or j.running_for(now) < cost_s for j in jobs):
             return False
         power = self.s.power
         host, gpu = power.host(node.spec.num_gpus), power.gpu(node.spec.gpu_model)
         remaining = max(self.s.predictor.expected_remaining(j, now) for j in jobs)
-        if parks:
-            saved_w = host.host_busy_w + node.spec.num_gpus * gpu.idle_w - host.parked_w
-            saving_s = remaining - self._park_after()
-        else:
-            saved_w, saving_s = host.host_busy_w - host.host_idle_w, remaining
+        saved_w = host.host_busy_w + node.spec.num_gpus * gpu.idle_w - host.parked_w
         redone_j = cost_s * gpu.busy_w * sum(j.request.num_gpu for j in jobs)
-        return saved_w * saving_s > redone_j
+        return saved_w * (remaining - self._park_after()) > redone_j
 
     def consolidation_budget(self, now: float) -> float:
         """What is on beyond the GPUs the power step keeps on, less the idle nodes (they

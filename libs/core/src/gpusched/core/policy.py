@@ -76,9 +76,9 @@ class Policy:
     # consolidates may have a node's jobs restarted on nodes that already run jobs.
     consolidates = False
 
-    def worth_moving(self, jobs: list[Job], node: NodeState, now: float, parks: bool) -> bool:
-        """Whether emptying ``node`` of ``jobs`` (each restarting elsewhere) pays; ``parks``:
-        whether the power step would then park the node (else it stays on, idle)."""
+    def worth_moving(self, jobs: list[Job], node: NodeState, now: float) -> bool:
+        """Whether emptying ``node`` of ``jobs`` (each restarting elsewhere) so that the
+        power step parks it pays."""
         return False
 
     def consolidation_budget(self, now: float) -> float:

@@ -500,17 +500,18 @@ class Scheduler:
 
     def _consolidate(self, now: float, decisions: list[Decision], excluded: frozenset[str]) -> None:
         """Empty the least used nodes, one after another, onto the other nodes that run
-        jobs, so that the emptied node is parked or at least its host idles. A node is
-        emptied only when each of its jobs runs on it alone, the policy finds the move
-        worth its restarts (``Policy.worth_moving``, told whether the node would then be
-        parked: whether its GPUs are within ``Policy.consolidation_budget``) and all of
-        them fit on nodes that already run jobs (never on an idle, excluded or emptied
-        node, so each move leaves one node fewer with jobs and moves cannot cycle). Each
-        moved job is preempted and restarted at once (it loses the restart cost). The
-        first node that cannot be emptied ends the step (one whose jobs may not move is
-        passed over). Nothing is tried again until the cluster state changes or a restart
-        cost has passed (a job too young to move may have grown old enough, and expected
-        remainders change)."""
+        jobs, so that the emptied node is parked. A node is emptied only when the power
+        step would then park it (its GPUs are within ``Policy.consolidation_budget``),
+        each of its jobs runs on it alone, the policy finds the move worth its restarts
+        (``Policy.worth_moving``) and all of them fit on nodes that already run jobs
+        (never on an idle, excluded or emptied node, so each move leaves one node fewer
+        with jobs and moves cannot cycle). Each moved job is preempted and restarted at
+        once (it loses the restart cost). The first node that cannot be emptied ends the
+        step (one that would stay on, or whose jobs may not move, is passed over).
+        Nothing is tried again until the cluster state changes or a restart cost has
+        passed (a job too young to move may have grown old enough, and expected
+        remainders change). (Emptying a node only for its host to idle, kept on, was
+        tried: on the tune set it made six times the moves for the same energy.)"""
         state, policy = self.state, self.policy
         version, at = self._consolidated_at
         if state.version == version and now < at + self.params.preemption_cost_s:
@@ -525,15 +526,16 @@ class Scheduler:
         try:
             for node in busy[:-1]:  # the busiest has no other node to go to
                 jobs = [self.running[j] for j in node.jobs]
-                parks = node.spec.num_gpus <= budget
-                if any(len(j.allocations) != 1 for j in jobs) or not policy.worth_moving(
-                    jobs, node, now, parks
+                if (
+                    node.spec.num_gpus > budget
+                    or any(len(j.allocations) != 1 for j in jobs)
+                    or not policy.worth_moving(jobs, node, now)
                 ):
                     continue
                 moves = self._moves_off(node, jobs)
                 if moves is None:
                     break
-                why = f"consolidate: empties {node.node_id}" + (" to park it" if parks else "")
+                why = f"consolidate: empties {node.node_id} to park it"
                 for job, allocs in moves:
                     self.requeue(job.job_id, now)
                     decisions.append(Preempt(job.job_id, why))
@@ -542,7 +544,7 @@ class Scheduler:
                     self.migrated_at = now
                 state.hide([node.node_id])
                 hidden.append(node.node_id)
-                budget -= node.spec.num_gpus if parks else 0
+                budget -= node.spec.num_gpus
         finally:
             state.unhide(hidden)
         self._consolidated_at = (state.version, now)
