@@ -258,10 +258,10 @@ class Params:
     dynamic_consolidate: bool = _p(
         False,
         "with no job waiting and some node parked, restart the jobs of lightly used nodes "
-        "on nodes that already run jobs, when the energy saved until they are expected to "
-        "end (the node parked, or its host idle) exceeds their restarts' (preemption_cost_s "
-        "at busy power); off by default: on the tune set it costs the queueing scenarios "
-        "(docs/results.md)",
+        "on nodes that already run jobs, when the power step would then park the node and "
+        "the energy saved until they are expected to end exceeds their restarts' "
+        "(preemption_cost_s at busy power); off by default: on the tune set it costs the "
+        "queueing scenarios (docs/results.md)",
     )
     dynamic_headroom_classes: tuple[str, ...] = _p(
         ("high",),
