@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpusched.core import (
+    MOVE_REASON,
     Decision,
     Job,
     NodeSpec,
@@ -577,7 +578,9 @@ def test_dynamic_empties_a_lightly_used_node_onto_a_busy_one_and_parks_it() -> N
     """Consolidation: with nothing waiting, the job left alone on a node restarts beside
     the other node's job, so that the emptied node is parked."""
     sched, alone, other = _consolidating()
-    assert _moves(sched.cycle(2000).decisions) == [("Preempt", "s"), ("Place", "s")]
+    decisions = sched.cycle(2000).decisions
+    assert _moves(decisions) == [("Preempt", "s"), ("Place", "s")]
+    assert decisions[0].reason.startswith(MOVE_REASON)  # how a rebuild finds it
     assert _nodes_of(sched, "s") == [other]
     assert sched.migrations == 1
     parked = [d.node_id for d in sched.cycle(2061).decisions if isinstance(d, ParkNode)]

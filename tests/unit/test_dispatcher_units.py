@@ -3,12 +3,13 @@ Kubernetes translations, and how recorded steps are told apart from new ones."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 
-from gpusched.contracts import DemandForecast, ForecastPoint, JobEventType
+from gpusched.contracts import DemandForecast, ForecastPoint, JobEventType, PlacementDecision
 from gpusched.dispatcher.kubernetes_backend import pod_request
 from gpusched.dispatcher.outlook import LiveOutlook
 from gpusched.dispatcher.slurm_backend import expand_hostlist, gres_indices, slurm_nice
@@ -93,3 +94,18 @@ def test_each_step_is_recorded_once(
         scheduler=SimpleNamespace(jobs={"j": object()} if known else {}),
     )
     assert Dispatcher._already_recorded(d, "j", kind) is skip  # type: ignore[arg-type]
+
+
+def test_a_rebuilt_dispatcher_knows_when_the_last_consolidation_move_was() -> None:
+    from gpusched.core import MOVE_REASON, Preempt
+    from gpusched.dispatcher.decisions import placement_decision
+    from gpusched.dispatcher.rebuild import last_move
+
+    def at(d: PlacementDecision, minute: int) -> PlacementDecision:
+        return d.model_copy(update={"ts": datetime(2026, 12, 7, 12, minute, tzinfo=UTC)})
+
+    moved = at(placement_decision(Preempt("a", f"{MOVE_REASON}empties n1"), "d1", 0), 1)
+    preempted = at(placement_decision(Preempt("b", "for c (dynamic)"), "d2", 0), 2)
+    assert last_move([]) == -math.inf
+    assert last_move([preempted]) == -math.inf
+    assert last_move([moved, preempted]) == moved.ts.timestamp()

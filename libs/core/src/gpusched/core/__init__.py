@@ -36,10 +36,11 @@ from gpusched.core.power import EnergyMeter, PowerModel
 from gpusched.core.reasons import never_fits
 from gpusched.core.reservations import Reservation
 from gpusched.core.runtime import RuntimePredictor
-from gpusched.core.scheduler import CycleResult, RecordedJob, Scheduler
+from gpusched.core.scheduler import MOVE_REASON, CycleResult, RecordedJob, Scheduler
 
 __all__ = [
     "DEMAND_SERIES",
+    "MOVE_REASON",
     "PLACEMENTS",
     "POLICIES",
     "Allocation",

@@ -42,7 +42,11 @@ from gpusched.core.reservations import Reservation, ReservationPlanner
 from gpusched.core.runtime import RuntimePredictor
 from gpusched.core.starts import estimate_starts
 
-__all__ = ["CycleResult", "RecordedJob", "Scheduler"]
+__all__ = ["MOVE_REASON", "CycleResult", "RecordedJob", "Scheduler"]
+
+# How the reason of a consolidation move's Preempt begins (a rebuilt dispatcher finds its
+# last move by it)
+MOVE_REASON = "consolidate: "
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,7 +539,7 @@ class Scheduler:
                 moves = self._moves_off(node, jobs)
                 if moves is None:
                     break
-                why = f"consolidate: empties {node.node_id} to park it"
+                why = f"{MOVE_REASON}empties {node.node_id} to park it"
                 for job, allocs in moves:
                     self.requeue(job.job_id, now)
                     decisions.append(Preempt(job.job_id, why))

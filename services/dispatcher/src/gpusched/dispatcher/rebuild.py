@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+from collections.abc import Iterable
 from typing import Any
 
-from gpusched.contracts import JobEvent, PlacementDecision
+from gpusched.contracts import DecisionAction, JobEvent, PlacementDecision
 from gpusched.contracts.follow import follow_topic
 from gpusched.contracts.producer import Producer
 from gpusched.contracts.settings import KafkaSettings
 from gpusched.contracts.topics import JOBS, PLACEMENTS
 from gpusched.core import (
+    MOVE_REASON,
     JobState,
     NodeSpec,
     Params,
@@ -31,7 +34,7 @@ from gpusched.dispatcher.dispatcher import Dispatcher
 from gpusched.dispatcher.outlook import LiveOutlook
 from gpusched.dispatcher.settings import DispatcherSettings
 
-__all__ = ["rebuild"]
+__all__ = ["last_move", "rebuild"]
 
 log = logging.getLogger(__name__)
 _CATCH_UP_S = 120.0
@@ -45,6 +48,19 @@ async def _read_all(kafka: KafkaSettings, topic: str, model: type[Any], into: li
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def last_move(decisions: Iterable[PlacementDecision]) -> float:
+    """When the last consolidation move was decided (-inf if none was): ``dynamic`` keeps
+    its fixed headroom for a look-ahead after one, also across a restart."""
+    return max(
+        (
+            d.ts.timestamp()
+            for d in decisions
+            if d.action is DecisionAction.PREEMPT and d.reason.startswith(MOVE_REASON)
+        ),
+        default=-math.inf,
+    )
 
 
 async def rebuild(settings: DispatcherSettings, backend: Backend, producer: Producer) -> Dispatcher:
@@ -62,6 +78,7 @@ async def rebuild(settings: DispatcherSettings, backend: Backend, producer: Prod
         Params(),
         outlook=outlook,
     )
+    scheduler.migrated_at = last_move(decisions)
     for n in nodes:
         if n.power is not PowerState.ON:
             scheduler.state.set_power(n.node_id, n.power)
