@@ -77,12 +77,12 @@ def wake_for_waiting(scheduler: Scheduler, now: float) -> WaitingNeeds:
             if allocs is None:
                 continue
             state.allocate(job_id, allocs)
-            nodes = {a.node_id for a in allocs}
-            asleep = nodes & parked
+            nodes = [a.node_id for a in allocs]  # in allocation order: the wakes' order
+            asleep = [nid for nid in nodes if nid in parked]
             for node_id in asleep:
                 wake.setdefault(node_id, job_id)
             if asleep:
-                held |= nodes - asleep
+                held.update(nid for nid in nodes if nid not in parked)
     return WaitingNeeds(
         [WakeNode(node_id, f"job {job_id} waits for it") for node_id, job_id in wake.items()],
         held,
