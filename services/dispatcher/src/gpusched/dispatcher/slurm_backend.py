@@ -191,7 +191,6 @@ class SlurmBackend:
         gres = [f"--gpus={gpu_type.lower()}:{max(gpus, 1)}"] if job.request.num_gpu else []
         held = self._ids.get(job.job_id)
         if held is not None:  # requeued earlier: send it to the new nodes and release it
-            await self._requeued(job.job_id)
             # A requeued job may only begin after a delay Slurm sets; StartTime=now lifts it.
             await self._cli(
                 "scontrol", "update", f"JobId={held}", f"ReqNodeList={','.join(nodes)}",
@@ -208,27 +207,27 @@ class SlurmBackend:
             self._ids[job.job_id] = held
         await self._cli("scontrol", "release", str(held))
 
-    async def _requeued(self, job_id: str) -> None:
-        """Wait until Slurm has finished requeueing ``job_id`` (a move places a job in
-        the cycle that preempted it): a job still completing takes the node update and
-        the release, and is held by its requeue all the same, for good."""
-        deadline = time.monotonic() + _REQUEUE_WITHIN_S
-        while True:
-            jobs = await self._slurm_jobs()
-            state = next((str(j["job_state"]) for j in jobs if j["name"] == job_id), "")
-            if state not in _REQUEUEING:
-                return
-            if time.monotonic() > deadline:
-                raise NotPlaceable(f"job {job_id} is still being requeued ({state})")
-            await asyncio.sleep(self.poll_s / 4)
-
     async def _check_room(
         self, job_id: str, allocations: tuple[Allocation, ...]
     ) -> dict[str, dict[str, Any]]:
-        """Slurm's nodes by name, once the job is known not to run and to fit there."""
-        for j in await self._slurm_jobs():
-            if j["name"] == job_id and j["job_state"] in ("RUNNING", "CONFIGURING"):
-                raise AlreadyPlaced(f"job {job_id} already runs (Slurm job {j['job_id']})")
+        """Slurm's nodes by name, once the job is known not to run and to fit there.
+        A job Slurm is still requeueing is waited for (up to ``_REQUEUE_WITHIN_S``): a
+        move places a job in the cycle that preempted it, and a job still completing
+        takes the node update and the release, and is held by its requeue all the same,
+        for good."""
+        deadline = time.monotonic() + _REQUEUE_WITHIN_S
+        while True:
+            mine = [j for j in await self._slurm_jobs() if j["name"] == job_id]
+            for j in mine:
+                if j["job_state"] in ("RUNNING", "CONFIGURING"):
+                    raise AlreadyPlaced(f"job {job_id} already runs (Slurm job {j['job_id']})")
+            requeueing = [str(j["job_state"]) for j in mine if j["job_state"] in _REQUEUEING]
+            if not requeueing:
+                break
+            state = requeueing[0]
+            if time.monotonic() > deadline:
+                raise NotPlaceable(f"job {job_id} is still being requeued ({state})")
+            await asyncio.sleep(self.poll_s / 4)
         nodes = {n["name"]: n for n in (await self._get("/nodes"))["nodes"]}
         for a in allocations:
             n = nodes.get(a.node_id)
