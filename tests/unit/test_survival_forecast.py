@@ -7,6 +7,7 @@ import pytest
 
 from gpusched.forecaster import ModelConfig
 from gpusched.forecaster.survival import (
+    SURVIVAL_HALF_LIFE_S,
     JobSpan,
     arrival_window_s,
     demand_forecast,
@@ -78,6 +79,22 @@ def test_near_arrivals_follow_the_last_day_far_ones_the_last_days() -> None:
     assert f.yhat[-1] == pytest.approx(3.0)
     assert arrival_window_s(HOUR) == DAY
     assert arrival_window_s(6 * HOUR) == 6 * DAY
+
+
+def test_the_survival_of_the_present_follows_recent_run_times() -> None:
+    # 100 jobs that ran 20 h, submitted four weeks ago, then 100 that ran 1 h, submitted
+    # over the last day; ten jobs present, aged 30 min. Unweighted, half the history's
+    # GPU time says a job of 30 min lasts past 6.5 h; with the history's weights halved
+    # per week, the old runs count 1/16 as much: (100 / 16) / (100 / 16 + 100) of the
+    # present jobs stay. (Arrivals: the recent 1-h jobs are gone at any lead past 1 h.)
+    old = [JobSpan(-28 * DAY + 60.0 * i, -28 * DAY + 60.0 * i + 20 * HOUR, 1.0) for i in range(100)]
+    recent = [JobSpan(-DAY + 600.0 * i, -DAY + 600.0 * i + HOUR, 1.0) for i in range(100)]
+    present = [JobSpan(-1800.0 + i, None, 1.0) for i in range(10)]
+    f = survival_forecast(old + recent + present, now=0.0, horizon=36, cfg=CFG)
+    assert SURVIVAL_HALF_LIFE_S == 7 * DAY
+    weight = 2 ** (-28 * DAY / SURVIVAL_HALF_LIFE_S) * 100  # ~6.25 of the old runs
+    stay = weight / (weight + 100)
+    assert f.yhat[-1] == pytest.approx(10 * stay, abs=1.0)  # ~0.6 GPUs, not ~5
 
 
 def _demand(jobs: list[JobSpan], until: float, start: float) -> np.ndarray:
