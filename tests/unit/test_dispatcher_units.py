@@ -22,9 +22,16 @@ def _forecast(series: str, values: list[tuple[float, float]], ts: datetime = T0)
         ForecastPoint(ts=T0 + timedelta(minutes=10 * i), yhat=y, lower=0.0, upper=u)
         for i, (y, u) in enumerate(values)
     )
-    metric = series.split("/")[0]
-    return DemandForecast(
-        ts=ts, series=series, metric=metric, model="prophet", step_s=600, points=points
+    # pydantic checks the metric against the model's Literal
+    return DemandForecast.model_validate(
+        {
+            "ts": ts,
+            "series": series,
+            "metric": series.split("/")[0],
+            "model": "prophet",
+            "step_s": 600,
+            "points": points,
+        }
     )
 
 
