@@ -86,7 +86,8 @@ def test_the_survival_of_the_present_follows_recent_run_times() -> None:
     # over the last day; ten jobs present, aged 30 min. Unweighted, half the history's
     # GPU time says a job of 30 min lasts past 6.5 h; with the history's weights halved
     # per week, the old runs count 1/16 as much: (100 / 16) / (100 / 16 + 100) of the
-    # present jobs stay. (Arrivals: the recent 1-h jobs are gone at any lead past 1 h.)
+    # present jobs stay. (Arrivals add nothing 6 h ahead: the six days of windows they are
+    # drawn from are mostly empty, so their median is 0.)
     old = [JobSpan(-28 * DAY + 60.0 * i, -28 * DAY + 60.0 * i + 20 * HOUR, 1.0) for i in range(100)]
     recent = [JobSpan(-DAY + 600.0 * i, -DAY + 600.0 * i + HOUR, 1.0) for i in range(100)]
     present = [JobSpan(-1800.0 + i, None, 1.0) for i in range(10)]
