@@ -89,6 +89,8 @@ def test_the_matrix_runs_every_scenario_and_policy(tmp_path: Path) -> None:
     assert ("small-energy", "energy_kwh / tiresias+powersave") in checks
     assert doc["targets"][0]["set"] == "validation"  # the validation set first
     assert "targets of dynamic" in result.output
+    assert doc["wall_s"] > 0
+    assert f"matrix wall time: {doc['wall_s']:,.0f} s" in result.output
     rows = [line for line in result.stdout.splitlines() if line[:1] in "┏┃┡│└"]
     assert all(len(line) <= 80 and line[-1] in "┓┃┩│┘" for line in rows)  # 80 columns
     index = (reports / "index.html").read_text()

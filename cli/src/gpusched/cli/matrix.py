@@ -4,6 +4,7 @@ table per scenario, the summary over scenarios and the targets."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ def run_matrix_command(
     """Run the matrix of ``path`` and print its tables; the document written to
     ``json_out`` (and, with ``report_dir``, a report per scenario and an index page)."""
     matrix, traces = load_matrix(path)
+    start = time.perf_counter()
     with progress_bar(console) as progress:
         overall = progress.add_task("all runs", total=0)
         rows: dict[str, tuple[TaskID, int]] = {}  # run -> (its bar, its jobs)
@@ -68,6 +70,9 @@ def run_matrix_command(
             matrix, traces, set(sets), workers, on_event, report_dir, ForecastOutlook.from_settings
         )
     doc["matrix"] = str(path)
+    # the whole matrix's wall time (issue 11's speed target): with each run's sim_wall_s,
+    # the only figures two runs of one matrix do not share
+    doc["wall_s"] = time.perf_counter() - start
     doc["targets"] = [c.as_dict() for c in check_targets(doc)]
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
@@ -78,6 +83,7 @@ def run_matrix_command(
                 out.print(_scenario_table(name, sc, wide))
     out.print(_summary_table(doc))
     out.print(_targets_table(doc))
+    out.print(f"matrix wall time: {doc['wall_s']:,.0f} s")
     return doc
 
 
