@@ -25,6 +25,7 @@ Facts = tuple[float, float, float, float]
 
 GUARD_WINDOW = 1000  # finished jobs whose waits set the tail guard's limit
 GUARD_MIN_SAMPLES = 20
+BURST_REFRESH_S = 3600.0  # how often the headroom's burst quantile is read again
 
 
 def _waited(job: Job, now: float) -> float:
@@ -96,6 +97,7 @@ class Dynamic(Policy):
         # its victim facts); the epoch changes whenever a class's term may change
         self._facts: dict[str, tuple[float, int, float, Facts]] = {}
         self._qos_epoch = 0
+        self._burst_at = (-math.inf, 0.0)  # when the burst quantile was read, and it
 
     def _qos_term(self, qos: str) -> float:
         term = self._qos_terms.get(qos)
@@ -375,6 +377,14 @@ class Dynamic(Policy):
             capacity -= n
         return decisions
 
+    def _burst(self, now: float, lead: float) -> float:
+        """The ``dynamic_forecast_burst_q`` quantile of the demand's realised rises over
+        ``lead``, read again every hour of scheduler time (0 before a day of history)."""
+        q = self.p.dynamic_forecast_burst_q
+        if q > 0.0 and now >= self._burst_at[0] + BURST_REFRESH_S:
+            self._burst_at = (now, self.s.demand.rise_quantile(now, lead, q) or 0.0)
+        return self._burst_at[1] if q > 0.0 else 0.0
+
     def _need(self, now: float, allocated: float) -> tuple[float, float, float]:
         """(GPUs to have on now, GPUs to keep on when parking, idle time before parking).
 
@@ -384,8 +394,10 @@ class Dynamic(Policy):
         forecast (or before its first fit): that plus the fixed headroom, and a node idle
         for ``dynamic_park_after_s`` is parked. A forecast (the scheduler's ``outlook``)
         takes the fixed headroom's place: what runs plus the rise predicted before a
-        node woken now would be ready (wake ahead) plus the predicted arrivals of the
-        high classes in that time (their own headroom), and at least the fixed headroom
+        node woken now would be ready (wake ahead), or the ``dynamic_forecast_burst_q``
+        quantile of the rises seen over that lead if larger (the bursts within a
+        forecast step), plus the predicted arrivals of the high classes in that time
+        (their own headroom), and at least the fixed headroom
         within ``dynamic_forecast_lookahead_s`` after a consolidation move (the free GPUs
         of partly used nodes, which it takes away, had served arrivals); a node is kept
         when the rise predicted over the look-ahead would need it, and an idle node it
@@ -402,7 +414,7 @@ class Dynamic(Policy):
         if rise is None or later is None:
             return fixed, fixed, p.dynamic_park_after_s  # no forecast yet
         high = sum(outlook.arrivals(now, lead, c) or 0.0 for c in p.dynamic_headroom_classes)
-        need = allocated + max(rise, 0.0) + high
+        need = allocated + max(rise, self._burst(now, lead), 0.0) + high
         if self.consolidates and now - self.s.migrated_at <= p.dynamic_forecast_lookahead_s:
             # Consolidation takes away the free GPUs of partly used nodes, which had
             # served arrivals the forecast misses: for the look-ahead after a move, the

@@ -285,6 +285,15 @@ class Params:
         hi=86400.0,
         unit="s",
     )
+    dynamic_forecast_burst_q: float = _p(
+        0.9,
+        "with a demand forecast: the headroom is at least this quantile of the rises of "
+        "demand seen over a wake's lead (wake latency + dynamic_tick_s) in the last week, "
+        "which a forecast on a 10-minute step does not see (0.9: the top of the "
+        "forecaster's 80% interval; 0: none)",
+        lo=0.0,
+        hi=1.0,
+    )
 
     @classmethod
     def names(cls) -> list[str]:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from gpusched.core.cluster import ClusterState, NodeState
+from gpusched.core.demand import DemandHistory
 from gpusched.core.errors import InvalidDecision
 from gpusched.core.fairshare import FairShare
 from gpusched.core.model import (
@@ -93,6 +94,7 @@ class Scheduler:
     ) -> None:
         self.params = params or Params()
         self.outlook = outlook  # a demand forecast, for policies that plan capacity
+        self.demand = DemandHistory()  # GPUs pending plus running, as they changed
         self.state = ClusterState(nodes)
         self.policy = policy
         self.placement = placement
@@ -144,6 +146,8 @@ class Scheduler:
         for r in ended:
             scheduler.predictor.observe(r.job, r.job.executed_s)
             scheduler.policy.finished(r.job, _ended_at(r))
+            scheduler.demand.change(_submitted(r), r.job.request.num_gpu)
+            scheduler.demand.change(_ended_at(r), -r.job.request.num_gpu)
             scheduler.fairshare.charge(r.job.tenant, r.job.attained_gpu_s, now)
         misplaced: dict[str, str] = {}
         for r in live:
@@ -170,6 +174,7 @@ class Scheduler:
         self.fairshare.see(job.tenant)
         self.placement.observe(job.request)
         self.queue.push(job, self.policy.key(job, self.ref_time))
+        self.demand.change(now, job.request.num_gpu)
         self._dirty = True
 
     def finish(self, job_id: str, now: float) -> Job:
@@ -179,6 +184,7 @@ class Scheduler:
         job.state = JobState.FINISHED
         self.predictor.observe(job, job.executed_s)
         self.policy.finished(job, now)
+        self.demand.change(now, -job.request.num_gpu)
         self._dirty = True
         return job
 
@@ -198,6 +204,8 @@ class Scheduler:
             self._stop(job, now)
         elif job_id in self.queue:
             self.queue.remove(job_id)
+        if job.state is not JobState.FINISHED:
+            self.demand.change(now, -job.request.num_gpu)
         job.state = JobState.FINISHED
         self._dirty = True
         return job
