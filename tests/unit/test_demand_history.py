@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpusched.core import Params, RecordedJob, Scheduler, make_placement, make_policy
+from gpusched.core import Params, RecordedJob, Scheduler, demand, make_placement, make_policy
 from gpusched.core.demand import DemandHistory
 from tests.core_builders import job, node
 
@@ -92,3 +92,16 @@ def test_the_scheduler_records_demand_as_jobs_come_and_go() -> None:
     live.cancel("x", end + 20.0)
     live.cancel("x", end + 30.0)  # already ended: not counted again
     assert live.demand.level == 0.0
+
+
+def test_folding_as_changes_come_gives_the_same_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where nobody reads it (a policy without the burst headroom), the history folds
+    itself every ``FOLD_EVERY`` changes and stays bounded; the answers do not change."""
+    unfolded = DemandHistory(history_s=DAY)
+    end = _bursts(unfolded, 3)
+    monkeypatch.setattr(demand, "FOLD_EVERY", 7)
+    folded = DemandHistory(history_s=DAY)
+    _bursts(folded, 3)
+    assert len(folded._times) < 2 * DAY / 300 + 7
+    assert folded.rise_quantile(end, 480.0, 0.9) == unfolded.rise_quantile(end, 480.0, 0.9)
+    assert folded.level == unfolded.level == 0.0

@@ -15,6 +15,8 @@ import numpy as np
 
 __all__ = ["DemandHistory"]
 
+FOLD_EVERY = 10_000  # changes between folds when no reading folds them
+
 
 class DemandHistory:
     """Changes of GPU demand in time; ``rise_quantile`` reads them on a ``sample_s`` grid.
@@ -31,6 +33,7 @@ class DemandHistory:
         self._base = 0.0  # demand at ``_since``, the changes before it folded in
         self._since = -math.inf
         self.level = 0.0  # demand now
+        self._latest = -math.inf  # the latest change's time
 
     def change(self, t: float, gpus: float) -> None:
         """Demand changed by ``gpus`` at ``t`` (a job was submitted: +, ended: -)."""
@@ -38,11 +41,13 @@ class DemandHistory:
             self._times.append(t)
             self._deltas.append(gpus)
             self.level += gpus
+            self._latest = max(self._latest, t)
+            if len(self._times) % FOLD_EVERY == 0:  # bounded where nobody reads it
+                self._fold(self._latest)
 
-    def rise_quantile(self, now: float, span_s: float, q: float) -> float | None:
-        """The ``q`` quantile, over the sample times of the last ``history_s`` before
-        ``now``, of the largest rise of demand within ``span_s`` after a sample time
-        (0 where it only falls); None with less than a day of history."""
+    def _fold(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Sorts the changes and folds those older than ``history_s`` before ``now``
+        into the base level; returns the rest as (times, deltas)."""
         times = np.asarray(self._times)
         deltas = np.asarray(self._deltas)
         order = np.argsort(times, kind="stable")
@@ -51,9 +56,16 @@ class DemandHistory:
         old = times < cutoff
         if old.any():
             self._base += float(deltas[old].sum())
-            self._since = cutoff
+            self._since = max(self._since, cutoff)
             times, deltas = times[~old], deltas[~old]
-            self._times, self._deltas = times.tolist(), deltas.tolist()
+        self._times, self._deltas = times.tolist(), deltas.tolist()
+        return times, deltas
+
+    def rise_quantile(self, now: float, span_s: float, q: float) -> float | None:
+        """The ``q`` quantile, over the sample times of the last ``history_s`` before
+        ``now``, of the largest rise of demand within ``span_s`` after a sample time
+        (0 where it only falls); None with less than a day of history."""
+        times, deltas = self._fold(now)
         start = max(self._since, float(times[0])) if len(times) else self._since
         if math.isinf(start) or now - start < 86400.0:  # less than a day of history
             return None
