@@ -3,7 +3,8 @@
 
 Debian's packages (`slurm-wlm slurmrestd munge slurm-wlm-jwt-plugin`) are installed by
 ``ensure_packages`` when missing. Everything lives under one work directory (its own
-munge key and socket, config, state, logs); ``down`` stops the daemons it started.
+munge key and socket, config, state, logs); ``down`` stops the daemons it started and
+the job steps they left.
 Used by the Slurm backend's tests; notes in ../shared/notes/local-components.md.
 
     python -m gpusched.local.slurm DIR     # prints the environment to use it
@@ -11,15 +12,25 @@ Used by the Slurm backend's tests; notes in ../shared/notes/local-components.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpusched.local.procs import Daemons, LocalError, apt_install, free_port, port_open
+from gpusched.local.procs import (
+    Daemons,
+    LocalError,
+    apt_install,
+    free_port,
+    pid_alive,
+    port_open,
+)
 
 __all__ = ["LocalSlurm", "SlurmError", "SlurmNode", "ensure_packages"]
 
@@ -176,6 +187,37 @@ class LocalSlurm(Daemons):
             rest_env,
         )  # fmt: skip
         self.wait(lambda: port_open(self.rest_port), "slurmrestd", timeout_s)
+
+    def down(self, grace_s: float = 5.0) -> None:
+        """Stop the daemons, then the job steps left running: a slurmstepd puts itself
+        in a session of its own, so stopping its slurmd does not reach it."""
+        super().down(grace_s)
+        steps = self.steps()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in steps:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + grace_s
+            while (steps := [p for p in steps if pid_alive(p)]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if not steps:
+                break
+
+    def steps(self) -> list[int]:
+        """The pids of this cluster's slurmstepd processes (by their ``SLURM_CONF``)."""
+        marker = f"SLURM_CONF={self.conf}".encode()
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if (proc / "comm").read_text().strip() != "slurmstepd":
+                    continue
+                if marker in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                continue  # it ended, or is not ours to read
+        return found
 
     def _ok(self, *args: str) -> bool:
         try:
