@@ -7,6 +7,7 @@ fails, and a ``down`` that sends SIGTERM, then SIGKILL to what lingers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -31,6 +32,7 @@ __all__ = [
     "pid_alive",
     "port_open",
     "stop_pid",
+    "stop_processes",
     "var_dir",
 ]
 
@@ -118,6 +120,25 @@ def stop_pid(pid: int, grace_s: float) -> None:
         os.killpg(pid, signal.SIGKILL)
         while pid_alive(pid):
             time.sleep(0.05)
+
+
+def stop_processes(pids: Iterable[int], grace_s: float) -> None:
+    """SIGTERM each of ``pids`` (processes, not groups: for those that left the group
+    ``stop_pid`` stops), then SIGKILL those that outlive ``grace_s``."""
+
+    def send(sig: signal.Signals, targets: list[int]) -> None:
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    alive = [pid for pid in pids if pid_alive(pid)]
+    send(signal.SIGTERM, alive)
+    deadline = time.monotonic() + grace_s
+    while (alive := [p for p in alive if pid_alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    send(signal.SIGKILL, alive)
+    while alive := [p for p in alive if pid_alive(p)]:
+        time.sleep(0.05)
 
 
 def apt_install(packages: Iterable[str]) -> None:

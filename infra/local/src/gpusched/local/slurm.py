@@ -12,14 +12,11 @@ Used by the Slurm backend's tests; notes in ../shared/notes/local-components.md.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +25,8 @@ from gpusched.local.procs import (
     LocalError,
     apt_install,
     free_port,
-    pid_alive,
     port_open,
+    stop_processes,
 )
 
 __all__ = ["LocalSlurm", "SlurmError", "SlurmNode", "ensure_packages"]
@@ -192,16 +189,7 @@ class LocalSlurm(Daemons):
         """Stop the daemons, then the job steps left running: a slurmstepd puts itself
         in a session of its own, so stopping its slurmd does not reach it."""
         super().down(grace_s)
-        steps = self.steps()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in steps:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + grace_s
-            while (steps := [p for p in steps if pid_alive(p)]) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if not steps:
-                break
+        stop_processes(self.steps(), grace_s)
 
     def steps(self) -> list[int]:
         """The pids of this cluster's slurmstepd processes (by their ``SLURM_CONF``)."""
