@@ -381,9 +381,11 @@ class Dynamic(Policy):
         """The ``dynamic_forecast_burst_q`` quantile of the demand's realised rises over
         ``lead``, read again every hour of scheduler time (0 before a day of history)."""
         q = self.p.dynamic_forecast_burst_q
-        if q > 0.0 and now >= self._burst_at[0] + BURST_REFRESH_S:
+        if q <= 0.0:
+            return 0.0
+        if now >= self._burst_at[0] + BURST_REFRESH_S:
             self._burst_at = (now, self.s.demand.rise_quantile(now, lead, q) or 0.0)
-        return self._burst_at[1] if q > 0.0 else 0.0
+        return self._burst_at[1]
 
     def _need(self, now: float, allocated: float) -> tuple[float, float, float]:
         """(GPUs to have on now, GPUs to keep on when parking, idle time before parking).
